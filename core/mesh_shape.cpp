@@ -1,0 +1,121 @@
+// Mesh axis names and sizes, row-major coordinates, and the "data=2,model=4" text form.
+#include "core/mesh_shape.h"
+
+#include <algorithm>
+#include <cctype>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace tessera {
+
+namespace {
+
+bool is_identifier(std::string_view s) {
+  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+}
+
+std::string trim(std::string_view s) {
+  std::size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return std::string(s.substr(b, e - b));
+}
+
+}  // namespace
+
+MeshShape::MeshShape(std::vector<std::string> names, std::vector<int> sizes)
+    : names_(std::move(names)), sizes_(std::move(sizes)) {
+  if (names_.size() != sizes_.size()) {
+    throw SpecError("mesh: " + std::to_string(names_.size()) + " axis names but " + std::to_string(sizes_.size()) +
+                    " sizes");
+  }
+  for (std::size_t i = 0; i < names_.size(); ++i) {
+    if (!is_identifier(names_[i]) || names_[i] == "None") {
+      throw SpecError("mesh: axis name '" + names_[i] + "' is not an identifier");
+    }
+    if (sizes_[i] < 1) {
+      throw SpecError("mesh: axis '" + names_[i] + "' has size " + std::to_string(sizes_[i]) + " (must be >= 1)");
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      if (names_[j] == names_[i]) throw SpecError("mesh: axis name '" + names_[i] + "' appears twice");
+    }
+  }
+}
+
+int MeshShape::size() const {
+  int n = 1;
+  for (int s : sizes_) n *= s;
+  return n;
+}
+
+bool MeshShape::has_axis(std::string_view name) const {
+  return std::find(names_.begin(), names_.end(), name) != names_.end();
+}
+
+int MeshShape::axis_index(std::string_view name) const {
+  auto it = std::find(names_.begin(), names_.end(), name);
+  if (it == names_.end()) {
+    throw SpecError("unknown mesh axis '" + std::string(name) + "' (mesh has " + to_string() + ")");
+  }
+  return static_cast<int>(it - names_.begin());
+}
+
+int MeshShape::axes_size(const std::vector<std::string>& axes) const {
+  int n = 1;
+  for (const auto& a : axes) n *= axis_size(a);
+  return n;
+}
+
+std::vector<int> MeshShape::coords_of(int rank) const {
+  std::vector<int> coords(names_.size(), 0);
+  for (int i = ndim() - 1; i >= 0; --i) {
+    coords[i] = rank % sizes_[i];
+    rank /= sizes_[i];
+  }
+  return coords;
+}
+
+int MeshShape::rank_of(const std::vector<int>& coords) const {
+  int rank = 0;
+  for (int i = 0; i < ndim(); ++i) rank = rank * sizes_[i] + coords[i];
+  return rank;
+}
+
+std::string MeshShape::to_string() const {
+  std::ostringstream out;
+  for (int i = 0; i < ndim(); ++i) out << (i ? ", " : "") << names_[i] << ": " << sizes_[i];
+  return out.str();
+}
+
+MeshShape MeshShape::parse(std::string_view text) {
+  std::vector<std::string> names;
+  std::vector<int> sizes;
+  std::string all(text);
+  std::size_t start = 0;
+  while (start <= all.size()) {
+    std::size_t comma = all.find(',', start);
+    if (comma == std::string::npos) comma = all.size();
+    std::string item = trim(std::string_view(all).substr(start, comma - start));
+    std::size_t sep = item.find_first_of("=:");
+    if (sep == std::string::npos) {
+      throw SpecError("mesh '" + all + "': expected name=size, got '" + item + "'");
+    }
+    std::string name = trim(std::string_view(item).substr(0, sep));
+    std::string size_text = trim(std::string_view(item).substr(sep + 1));
+    if (size_text.empty() || !std::all_of(size_text.begin(), size_text.end(), ::isdigit) || size_text.size() > 6) {
+      throw SpecError("mesh '" + all + "': size of axis '" + name + "' is not a positive integer: '" + size_text + "'");
+    }
+    names.push_back(name);
+    sizes.push_back(std::stoi(size_text));
+    start = comma + 1;
+  }
+  try {
+    return MeshShape(std::move(names), std::move(sizes));
+  } catch (const SpecError& e) {
+    throw SpecError("mesh '" + all + "': " + std::string(e.what()).substr(6));
+  }
+}
+
+}  // namespace tessera

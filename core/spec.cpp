@@ -1,0 +1,293 @@
+// Spec algebra: parse and print both text forms, validate against a mesh, and the block that
+// the rank at given mesh coordinates holds.
+#include "core/spec.h"
+
+#include <algorithm>
+#include <cctype>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace tessera {
+
+namespace {
+
+const Axes kNoAxes;
+
+std::string axes_text(const Axes& axes) {
+  if (axes.empty()) return "None";
+  if (axes.size() == 1) return axes[0];
+  std::string out = "(";
+  for (std::size_t i = 0; i < axes.size(); ++i) out += (i ? ", " : "") + axes[i];
+  return out + ")";
+}
+
+// A small tokenizer shared by both text forms, so errors can point at a column.
+class Cursor {
+ public:
+  Cursor(std::string_view text, std::string_view what) : text_(text), what_(what) {}
+
+  void skip_space() {
+    while (pos_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[pos_]))) ++pos_;
+  }
+  bool at_end() {
+    skip_space();
+    return pos_ >= text_.size();
+  }
+  char peek() {
+    skip_space();
+    return pos_ < text_.size() ? text_[pos_] : '\0';
+  }
+  bool accept(char c) {
+    if (peek() == c) {
+      ++pos_;
+      return true;
+    }
+    return false;
+  }
+  void expect(char c, std::string_view expected) {
+    if (!accept(c)) fail("expected " + std::string(expected));
+  }
+  bool peek_word() {
+    char c = peek();
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  }
+  // An identifier or an integer.
+  std::string word(std::string_view expected) {
+    skip_space();
+    std::size_t b = pos_;
+    while (pos_ < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '_')) ++pos_;
+    if (b == pos_) fail("expected " + std::string(expected));
+    return std::string(text_.substr(b, pos_ - b));
+  }
+  std::size_t pos() const { return pos_; }
+  void set_pos(std::size_t p) { pos_ = p; }
+
+  [[noreturn]] void fail(const std::string& message) { fail_at(pos_, message); }
+  [[noreturn]] void fail_at(std::size_t column, const std::string& message) {
+    std::string found = column < text_.size() ? "'" + std::string(1, text_[column]) + "'" : "end of text";
+    std::ostringstream out;
+    out << what_ << " '" << text_ << "': " << message << ", found " << found << " at column " << column + 1 << "\n  "
+        << text_ << "\n  " << std::string(column, ' ') << '^';
+    throw SpecError(out.str());
+  }
+
+ private:
+  std::string_view text_;
+  std::string_view what_;
+  std::size_t pos_ = 0;
+};
+
+bool is_identifier(const std::string& s) {
+  return !s.empty() && (std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_');
+}
+
+// An axis name, a parenthesised tuple of axis names, or None.
+Axes parse_axes_item(Cursor& in) {
+  if (in.accept('(')) {
+    Axes axes;
+    if (in.accept(')')) return axes;
+    while (true) {
+      std::string name = in.word("a mesh axis name");
+      if (!is_identifier(name) || name == "None") in.fail_at(in.pos() - name.size(), "expected a mesh axis name");
+      axes.push_back(name);
+      if (in.accept(')')) break;
+      in.expect(',', "',' or ')'");
+      if (in.accept(')')) break;  // trailing comma, as in Python tuples
+    }
+    return axes;
+  }
+  in.skip_space();
+  std::size_t at = in.pos();
+  std::string name = in.word("a mesh axis, '(' or None");
+  if (name == "None") return {};
+  if (!is_identifier(name)) in.fail_at(at, "expected a mesh axis, '(' or None");
+  return {name};
+}
+
+}  // namespace
+
+const Axes& Spec::axes(int d) const { return d >= 0 && d < rank() ? dims[d] : kNoAxes; }
+
+Spec Spec::padded(int r) const {
+  if (rank() > r) {
+    throw SpecError("spec " + to_string() + " has " + std::to_string(rank()) + " dimensions, more than rank " +
+                    std::to_string(r));
+  }
+  Spec out = *this;
+  out.dims.resize(r);
+  return out;
+}
+
+bool Spec::is_partial_on(std::string_view axis) const {
+  return std::find(partial.begin(), partial.end(), axis) != partial.end();
+}
+
+Axes Spec::used_axes() const {
+  Axes out;
+  for (const auto& d : dims) out.insert(out.end(), d.begin(), d.end());
+  out.insert(out.end(), partial.begin(), partial.end());
+  return out;
+}
+
+int Spec::dim_of(std::string_view axis) const {
+  for (int d = 0; d < rank(); ++d) {
+    if (std::find(dims[d].begin(), dims[d].end(), axis) != dims[d].end()) return d;
+  }
+  return -1;
+}
+
+std::string Spec::to_string() const {
+  std::string out = "P(";
+  for (int d = 0; d < rank(); ++d) out += (d ? ", " : "") + axes_text(dims[d]);
+  if (!partial.empty()) out += "; partial=" + axes_text(partial);
+  return out + ")";
+}
+
+bool Spec::operator==(const Spec& other) const {
+  int r = std::max(rank(), other.rank());
+  for (int d = 0; d < r; ++d) {
+    if (axes(d) != other.axes(d)) return false;
+  }
+  return std::set<std::string>(partial.begin(), partial.end()) ==
+         std::set<std::string>(other.partial.begin(), other.partial.end());
+}
+
+Spec parse_spec(std::string_view text) {
+  Cursor in(text, "spec");
+  Spec spec;
+  in.skip_space();
+  std::size_t at = in.pos();
+  if (!in.peek_word() || in.word("'P('") != "P") in.fail_at(at, "expected 'P('");
+  in.expect('(', "'(' after P");
+  if (!in.accept(')')) {
+    if (in.peek() != ';') {
+      while (true) {
+        spec.dims.push_back(parse_axes_item(in));
+        if (in.peek() == ')' || in.peek() == ';') break;
+        in.expect(',', "',', ';' or ')'");
+      }
+    }
+    if (in.accept(';')) {
+      in.skip_space();
+      std::size_t key_at = in.pos();
+      if (!in.peek_word() || in.word("'partial='") != "partial") in.fail_at(key_at, "expected 'partial='");
+      in.expect('=', "'=' after partial");
+      std::size_t axes_at = in.pos();
+      spec.partial = parse_axes_item(in);
+      if (spec.partial.empty()) in.fail_at(axes_at, "expected at least one partial axis");
+    }
+    in.expect(')', "')'");
+  }
+  if (!in.at_end()) in.fail("unexpected text after the spec");
+  return spec;
+}
+
+void validate_spec(const Spec& spec, const MeshShape& mesh, const Shape& shape, std::string_view name) {
+  const std::string label = "spec " + spec.to_string() + (name.empty() ? "" : " of '" + std::string(name) + "'");
+  if (spec.rank() > static_cast<int>(shape.size())) {
+    throw SpecError(label + " has " + std::to_string(spec.rank()) + " dimensions but the tensor has shape " +
+                    shape_to_string(shape));
+  }
+  std::set<std::string> seen;
+  for (const auto& axis : spec.used_axes()) {
+    if (!mesh.has_axis(axis)) {
+      throw SpecError(label + ": unknown mesh axis '" + axis + "' (mesh has " + mesh.to_string() + ")");
+    }
+    if (!seen.insert(axis).second) throw SpecError(label + ": mesh axis '" + axis + "' is used more than once");
+  }
+  for (int d = 0; d < spec.rank(); ++d) {
+    if (spec.dims[d].empty()) continue;
+    int count = mesh.axes_size(spec.dims[d]);
+    if (shape[d] % count != 0) {
+      std::string axes;
+      for (std::size_t i = 0; i < spec.dims[d].size(); ++i) axes += (i ? ", " : "") + spec.dims[d][i];
+      throw SpecError("dimension " + std::to_string(d) + (name.empty() ? "" : " of '" + std::string(name) + "'") +
+                      " (size " + std::to_string(shape[d]) + ") does not divide over axes (" + axes + ") of size " +
+                      std::to_string(count));
+    }
+  }
+}
+
+int shard_count(const Spec& spec, const MeshShape& mesh, int d) { return mesh.axes_size(spec.axes(d)); }
+
+Shape local_shape(const Spec& spec, const MeshShape& mesh, const Shape& global) {
+  Shape out = global;
+  for (int d = 0; d < static_cast<int>(global.size()); ++d) out[d] /= shard_count(spec, mesh, d);
+  return out;
+}
+
+int block_index(const Spec& spec, const MeshShape& mesh, int d, const std::vector<int>& coords) {
+  int index = 0;
+  for (const auto& axis : spec.axes(d)) {
+    int a = mesh.axis_index(axis);
+    index = index * mesh.sizes()[a] + coords[a];
+  }
+  return index;
+}
+
+std::vector<std::int64_t> block_offsets(const Spec& spec, const MeshShape& mesh, const Shape& global,
+                                        const std::vector<int>& coords) {
+  Shape local = local_shape(spec, mesh, global);
+  std::vector<std::int64_t> offsets(global.size(), 0);
+  for (int d = 0; d < static_cast<int>(global.size()); ++d) offsets[d] = block_index(spec, mesh, d, coords) * local[d];
+  return offsets;
+}
+
+Spec ShapeString::spec() const {
+  Spec out;
+  for (const auto& d : dims) out.dims.push_back(d.axes);
+  return out;
+}
+
+std::vector<std::string> ShapeString::names() const {
+  std::vector<std::string> out;
+  for (const auto& d : dims) out.push_back(d.name);
+  return out;
+}
+
+std::string ShapeString::to_string() const {
+  std::string out;
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    out += (i ? " " : "") + (dims[i].size ? std::to_string(*dims[i].size) : dims[i].name);
+    for (const auto& a : dims[i].axes) out += "/" + a;
+  }
+  return out;
+}
+
+ShapeString parse_shape_string(std::string_view text) {
+  Cursor in(text, "shape string");
+  ShapeString out;
+  while (!in.at_end()) {
+    DimSpec dim;
+    std::size_t at = in.pos();
+    std::string head = in.word("a dimension name or size");
+    if (std::isdigit(static_cast<unsigned char>(head[0]))) {
+      if (!std::all_of(head.begin(), head.end(), ::isdigit) || head.size() > 18) {
+        in.fail_at(at, "expected a dimension name or size");
+      }
+      dim.size = std::stoll(head);
+    } else {
+      dim.name = head;
+    }
+    // Axes follow with '/' and no spaces: "batch/data/model".
+    while (in.pos() < text.size() && text[in.pos()] == '/') {
+      in.set_pos(in.pos() + 1);
+      std::size_t axis_at = in.pos();
+      if (axis_at >= text.size() || std::isspace(static_cast<unsigned char>(text[axis_at]))) {
+        in.fail_at(axis_at, "expected a mesh axis name after '/'");
+      }
+      std::string axis = in.word("a mesh axis name after '/'");
+      if (!is_identifier(axis)) in.fail_at(axis_at, "expected a mesh axis name after '/'");
+      dim.axes.push_back(axis);
+    }
+    if (in.pos() < text.size() && !std::isspace(static_cast<unsigned char>(text[in.pos()]))) {
+      in.fail("expected a space, '/' or the end");
+    }
+    out.dims.push_back(std::move(dim));
+  }
+  return out;
+}
+
+}  // namespace tessera

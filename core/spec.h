@@ -1,0 +1,93 @@
+// Sharding specs: for each tensor dimension the ordered mesh axes that split it (major to minor),
+// plus the set of partial axes over which the global value is the SUM of the local shards.
+// Two text forms round-trip exactly:
+//   JAX style   P((data, model), None; partial=model)
+//   seqax style "batch/data embed/model"   (a dimension is a name or a size, then /axis...)
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/mesh_shape.h"
+#include "core/shape.h"
+
+namespace tessera {
+
+using Axes = std::vector<std::string>;
+
+struct Spec {
+  std::vector<Axes> dims;  // one entry per tensor dimension; empty = not split (replicated)
+  Axes partial;            // partial axes in written order; compared as a set
+
+  Spec() = default;
+  explicit Spec(std::vector<Axes> dims, Axes partial = {}) : dims(std::move(dims)), partial(std::move(partial)) {}
+
+  // A spec of `rank` unsplit dimensions.
+  static Spec replicated(int rank = 0) { return Spec(std::vector<Axes>(rank)); }
+
+  int rank() const { return static_cast<int>(dims.size()); }
+  // The axes of dimension d, or none when d is past the written dimensions (padding).
+  const Axes& axes(int d) const;
+  // The spec padded with unsplit dimensions to `rank` dimensions; throws SpecError if longer.
+  Spec padded(int rank) const;
+  bool is_partial() const { return !partial.empty(); }
+  bool is_partial_on(std::string_view axis) const;
+  // Every mesh axis the spec mentions, dimensions first then partial, in written order.
+  Axes used_axes() const;
+  // The dimension an axis splits, or -1 (also -1 when it is partial or unused).
+  int dim_of(std::string_view axis) const;
+  // The same spec without partial axes.
+  Spec without_partial() const { return Spec(dims); }
+
+  // "P(data, None)"; "P((data, model), None; partial=model)"; "P()" for a scalar.
+  std::string to_string() const;
+  // Equal after padding both to the same rank and comparing partial axes as a set.
+  bool operator==(const Spec& other) const;
+};
+
+// Parses the JAX-style text; throws SpecError that quotes the text and points at the token.
+Spec parse_spec(std::string_view text);
+
+// Throws SpecError unless every axis exists in `mesh` and appears at most once (dimensions and
+// partial together), the spec has no more dimensions than `shape`, and every dimension divides
+// by the product of its axes' sizes. `name` names the tensor in messages.
+void validate_spec(const Spec& spec, const MeshShape& mesh, const Shape& shape, std::string_view name = "");
+
+// The number of blocks dimension d is split into.
+int shard_count(const Spec& spec, const MeshShape& mesh, int d);
+// The shape of every rank's block (all blocks have the same shape). Assumes a valid spec.
+Shape local_shape(const Spec& spec, const MeshShape& mesh, const Shape& global);
+// Block index along dimension d for the rank at `coords`: mixed radix of its coordinates on the
+// dimension's axes, first axis most significant.
+int block_index(const Spec& spec, const MeshShape& mesh, int d, const std::vector<int>& coords);
+// Offsets into the global tensor of the block held at `coords`.
+std::vector<std::int64_t> block_offsets(const Spec& spec, const MeshShape& mesh, const Shape& global,
+                                        const std::vector<int>& coords);
+
+// One dimension of a seqax shape string: a name (bound by shape checking) or an explicit size,
+// then the mesh axes that split it.
+struct DimSpec {
+  std::string name;                  // empty when the dimension is given by size
+  std::optional<std::int64_t> size;  // set when the dimension is an integer
+  Axes axes;
+  bool operator==(const DimSpec&) const = default;
+};
+
+struct ShapeString {
+  std::vector<DimSpec> dims;
+  int rank() const { return static_cast<int>(dims.size()); }
+  Spec spec() const;
+  // The logical names of the dimensions (empty for integer dimensions).
+  std::vector<std::string> names() const;
+  // "batch/data embed/model 8"
+  std::string to_string() const;
+  bool operator==(const ShapeString&) const = default;
+};
+
+// Parses "batch/data embed/model"; throws SpecError pointing at the offending token.
+ShapeString parse_shape_string(std::string_view text);
+
+}  // namespace tessera

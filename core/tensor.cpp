@@ -1,0 +1,261 @@
+// Dense tensor storage and the block copies that sharding is built on.
+#include "core/tensor.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <sstream>
+
+namespace tessera {
+
+std::size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+      return 4;
+    case DType::f64:
+      return 8;
+    case DType::i32:
+      return 4;
+  }
+  return 0;
+}
+
+std::string_view dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+      return "f32";
+    case DType::f64:
+      return "f64";
+    case DType::i32:
+      return "i32";
+  }
+  return "?";
+}
+
+DType parse_dtype(std::string_view name) {
+  if (name == "f32") return DType::f32;
+  if (name == "f64") return DType::f64;
+  if (name == "i32") return DType::i32;
+  throw SpecError("unknown dtype '" + std::string(name) + "' (expected f32, f64 or i32)");
+}
+
+std::int64_t numel(const Shape& shape) {
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+std::string shape_to_string(const Shape& shape) {
+  std::ostringstream out;
+  out << '[';
+  for (std::size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
+  out << ']';
+  return out.str();
+}
+
+std::vector<std::int64_t> row_major_strides(const Shape& shape) {
+  std::vector<std::int64_t> strides(shape.size(), 1);
+  for (int i = static_cast<int>(shape.size()) - 2; i >= 0; --i) strides[i] = strides[i + 1] * shape[i + 1];
+  return strides;
+}
+
+void Tensor::Free::operator()(std::byte* p) const noexcept { std::free(p); }
+
+std::unique_ptr<std::byte[], Tensor::Free> Tensor::allocate(std::size_t bytes) {
+  constexpr std::size_t alignment = 64;
+  std::size_t rounded = std::max<std::size_t>(alignment, (bytes + alignment - 1) / alignment * alignment);
+  auto* p = static_cast<std::byte*>(std::aligned_alloc(alignment, rounded));
+  if (p == nullptr) throw Error("Tensor: cannot allocate " + std::to_string(bytes) + " bytes");
+  std::memset(p, 0, rounded);
+  return std::unique_ptr<std::byte[], Free>(p);
+}
+
+Tensor::Tensor() : data_(allocate(0)) {}
+
+Tensor::Tensor(Shape shape, DType dtype) : dtype_(dtype), shape_(std::move(shape)) {
+  for (auto d : shape_) {
+    if (d < 0) throw ShapeError("Tensor: negative extent in shape " + shape_to_string(shape_));
+  }
+  numel_ = tessera::numel(shape_);
+  data_ = allocate(nbytes());
+}
+
+Tensor::Tensor(const Tensor& other)
+    : dtype_(other.dtype_), shape_(other.shape_), numel_(other.numel_), data_(allocate(other.nbytes())) {
+  if (nbytes() > 0) std::memcpy(data_.get(), other.data_.get(), nbytes());
+}
+
+Tensor& Tensor::operator=(const Tensor& other) {
+  if (this != &other) {
+    Tensor copy(other);
+    *this = std::move(copy);
+  }
+  return *this;
+}
+
+Tensor::Tensor(Tensor&& other) noexcept
+    : dtype_(other.dtype_), shape_(std::move(other.shape_)), numel_(other.numel_), data_(std::move(other.data_)) {
+  other.shape_.clear();
+  other.numel_ = 0;
+}
+
+Tensor& Tensor::operator=(Tensor&& other) noexcept {
+  dtype_ = other.dtype_;
+  shape_ = std::move(other.shape_);
+  numel_ = other.numel_;
+  data_ = std::move(other.data_);
+  other.shape_.clear();
+  other.numel_ = 0;
+  return *this;
+}
+
+Tensor Tensor::full(Shape shape, double value, DType dtype) {
+  Tensor t(std::move(shape), dtype);
+  dispatch_dtype(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    std::fill_n(t.data<T>(), t.numel(), static_cast<T>(value));
+  });
+  return t;
+}
+
+double Tensor::at(std::int64_t i) const {
+  if (i < 0 || i >= numel_) {
+    throw ShapeError("Tensor::at: index " + std::to_string(i) + " out of range for shape " + shape_to_string(shape_));
+  }
+  return dispatch_dtype(dtype_, [&](auto zero) {
+    using T = decltype(zero);
+    return static_cast<double>(static_cast<const T*>(raw())[i]);
+  });
+}
+
+Tensor Tensor::reshaped(Shape shape) const& {
+  Tensor copy(*this);
+  return std::move(copy).reshaped(std::move(shape));
+}
+
+Tensor Tensor::reshaped(Shape shape) && {
+  if (tessera::numel(shape) != numel_) {
+    throw ShapeError("Tensor::reshaped: cannot view " + shape_to_string(shape_) + " as " + shape_to_string(shape));
+  }
+  Tensor out(std::move(*this));
+  out.shape_ = std::move(shape);
+  return out;
+}
+
+Tensor Tensor::astype(DType dtype) const {
+  if (dtype == dtype_) return *this;
+  Tensor out(shape_, dtype);
+  dispatch_dtype(dtype_, [&](auto from_zero) {
+    using From = decltype(from_zero);
+    dispatch_dtype(dtype, [&](auto to_zero) {
+      using To = decltype(to_zero);
+      const From* src = data<From>();
+      To* dst = out.data<To>();
+      for (std::int64_t i = 0; i < numel_; ++i) dst[i] = static_cast<To>(src[i]);
+    });
+  });
+  return out;
+}
+
+void Tensor::fill_zero() {
+  if (nbytes() > 0) std::memset(data_.get(), 0, nbytes());
+}
+
+bool Tensor::bit_equal(const Tensor& other) const {
+  return dtype_ == other.dtype_ && shape_ == other.shape_ &&
+         (nbytes() == 0 || std::memcmp(raw(), other.raw(), nbytes()) == 0);
+}
+
+void Tensor::check_dtype(DType requested) const {
+  if (requested != dtype_) {
+    throw ShapeError("Tensor: accessed a " + std::string(dtype_name(dtype_)) + " tensor as " +
+                     std::string(dtype_name(requested)));
+  }
+}
+
+namespace {
+
+enum class BlockOp { extract, insert, add };
+
+// Walks the outer dimensions of a block with an odometer and moves the longest contiguous inner
+// run at once (trailing dimensions that the block covers whole are merged into the run).
+void block_copy(BlockOp op, const Tensor& whole_const, Tensor* whole, const Tensor& block_const, Tensor* block,
+                const std::vector<std::int64_t>& offsets, const Shape& block_shape) {
+  const Shape& full = whole_const.shape();
+  const int rank = static_cast<int>(full.size());
+  if (static_cast<int>(offsets.size()) != rank || static_cast<int>(block_shape.size()) != rank) {
+    throw ShapeError("block copy: rank mismatch between tensor " + shape_to_string(full) + " and block " +
+                     shape_to_string(block_shape));
+  }
+  for (int d = 0; d < rank; ++d) {
+    if (offsets[d] < 0 || block_shape[d] < 0 || offsets[d] + block_shape[d] > full[d]) {
+      throw ShapeError("block copy: block " + shape_to_string(block_shape) + " at offset " + shape_to_string(offsets) +
+                       " exceeds tensor " + shape_to_string(full));
+    }
+  }
+  if (numel(block_shape) == 0) return;
+  const std::size_t elem = dtype_size(whole_const.dtype());
+  // Merge trailing dimensions that the block covers entirely.
+  int inner = rank;  // dimensions [inner, rank) form the contiguous run
+  std::int64_t run = 1;
+  while (inner > 0) {
+    run *= block_shape[inner - 1];
+    --inner;
+    if (block_shape[inner] != full[inner]) break;
+  }
+  // Now [inner, rank) is contiguous in the whole tensor (dimension `inner` may be partial).
+  const auto strides = row_major_strides(full);
+  std::vector<std::int64_t> index(inner, 0);
+  std::int64_t block_pos = 0;
+  auto* whole_bytes = static_cast<const std::byte*>(whole_const.raw());
+  auto* block_bytes = static_cast<const std::byte*>(block_const.raw());
+  while (true) {
+    std::int64_t whole_pos = 0;
+    for (int d = 0; d < inner; ++d) whole_pos += (offsets[d] + index[d]) * strides[d];
+    for (int d = inner; d < rank; ++d) whole_pos += offsets[d] * strides[d];
+    const std::size_t bytes = static_cast<std::size_t>(run) * elem;
+    switch (op) {
+      case BlockOp::extract:
+        std::memcpy(static_cast<std::byte*>(block->raw()) + block_pos * elem, whole_bytes + whole_pos * elem, bytes);
+        break;
+      case BlockOp::insert:
+        std::memcpy(static_cast<std::byte*>(whole->raw()) + whole_pos * elem, block_bytes + block_pos * elem, bytes);
+        break;
+      case BlockOp::add:
+        dispatch_dtype(whole_const.dtype(), [&](auto zero) {
+          using T = decltype(zero);
+          T* dst = whole->data<T>() + whole_pos;
+          const T* src = block_const.data<T>() + block_pos;
+          for (std::int64_t i = 0; i < run; ++i) dst[i] += src[i];
+        });
+        break;
+    }
+    block_pos += run;
+    int d = inner - 1;
+    while (d >= 0) {
+      if (++index[d] < block_shape[d]) break;
+      index[d] = 0;
+      --d;
+    }
+    if (d < 0) break;
+  }
+}
+
+}  // namespace
+
+Tensor extract_block(const Tensor& src, const std::vector<std::int64_t>& offsets, const Shape& block_shape) {
+  Tensor out(block_shape, src.dtype());
+  block_copy(BlockOp::extract, src, nullptr, out, &out, offsets, block_shape);
+  return out;
+}
+
+void insert_block(Tensor& dst, const Tensor& block, const std::vector<std::int64_t>& offsets) {
+  if (dst.dtype() != block.dtype()) throw ShapeError("insert_block: dtype mismatch");
+  block_copy(BlockOp::insert, dst, &dst, block, nullptr, offsets, block.shape());
+}
+
+void add_block(Tensor& dst, const Tensor& block, const std::vector<std::int64_t>& offsets) {
+  if (dst.dtype() != block.dtype()) throw ShapeError("add_block: dtype mismatch");
+  block_copy(BlockOp::add, dst, &dst, block, nullptr, offsets, block.shape());
+}
+
+}  // namespace tessera

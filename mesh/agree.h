@@ -1,0 +1,23 @@
+// Errors that one rank alone can see (a file it cannot read) are agreed on with one collective,
+// so that every rank throws the same error instead of some ranks waiting forever in the next
+// collective.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "mesh/communicator.h"
+
+namespace tessera {
+
+// Collective over `comm`. Returns, on every rank, the message of the lowest-numbered rank that
+// passed one (prefixed "rank R: "), or nullopt when no rank did.
+std::optional<std::string> first_error(const Communicator& comm, const std::optional<std::string>& local_error);
+
+// Collective: throws E(message) on every rank if any rank passed an error.
+template <class E>
+void agree_or_throw(const Communicator& comm, const std::optional<std::string>& local_error) {
+  if (auto message = first_error(comm, local_error)) throw E(*message);
+}
+
+}  // namespace tessera

@@ -1,0 +1,70 @@
+// Owned and borrowed MPI communicators.
+#include "mesh/communicator.h"
+
+#include <utility>
+
+#include "mesh/mpi_check.h"
+
+namespace tessera {
+
+Communicator Communicator::world() { return Communicator(MPI_COMM_WORLD, false); }
+
+Communicator::Communicator(Communicator&& other) noexcept
+    : comm_(std::exchange(other.comm_, MPI_COMM_NULL)), owned_(std::exchange(other.owned_, false)) {}
+
+Communicator& Communicator::operator=(Communicator&& other) noexcept {
+  if (this != &other) {
+    release();
+    comm_ = std::exchange(other.comm_, MPI_COMM_NULL);
+    owned_ = std::exchange(other.owned_, false);
+  }
+  return *this;
+}
+
+Communicator::~Communicator() { release(); }
+
+void Communicator::release() noexcept {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (owned_ && comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
+  comm_ = MPI_COMM_NULL;
+  owned_ = false;
+}
+
+int Communicator::rank() const {
+  int r = 0;
+  check_mpi(MPI_Comm_rank(comm_, &r), "MPI_Comm_rank");
+  return r;
+}
+
+int Communicator::size() const {
+  int s = 0;
+  check_mpi(MPI_Comm_size(comm_, &s), "MPI_Comm_size");
+  return s;
+}
+
+Communicator Communicator::dup() const {
+  MPI_Comm out;
+  check_mpi(MPI_Comm_dup(comm_, &out), "MPI_Comm_dup");
+  check_mpi(MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  return Communicator(out, true);
+}
+
+Communicator Communicator::split(int color, int key) const {
+  MPI_Comm out;
+  check_mpi(MPI_Comm_split(comm_, color, key, &out), "MPI_Comm_split");
+  // MPI_UNDEFINED as color gives MPI_COMM_NULL: a rank outside every part.
+  if (out != MPI_COMM_NULL) check_mpi(MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  return Communicator(out, true);
+}
+
+Communicator Communicator::split_shared() const {
+  MPI_Comm out;
+  check_mpi(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank(), MPI_INFO_NULL, &out), "MPI_Comm_split_type");
+  check_mpi(MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  return Communicator(out, true);
+}
+
+void Communicator::barrier() const { check_mpi(MPI_Barrier(comm_), "MPI_Barrier"); }
+
+}  // namespace tessera

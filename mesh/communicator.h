@@ -1,0 +1,38 @@
+// A communicator wrapper that frees only what it owns (never MPI_COMM_WORLD). Move-only: a
+// communicator handle has one owner; Mesh shares its communicators through shared pointers.
+#pragma once
+
+#include <mpi.h>
+
+namespace tessera {
+
+class Communicator {
+ public:
+  // MPI_COMM_WORLD, not owned.
+  static Communicator world();
+  Communicator() = default;
+  Communicator(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {}
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+  Communicator(Communicator&& other) noexcept;
+  Communicator& operator=(Communicator&& other) noexcept;
+  ~Communicator();
+
+  MPI_Comm handle() const { return comm_; }
+  int rank() const;
+  int size() const;
+
+  // Owned communicators made from this one (collective over it).
+  Communicator dup() const;
+  Communicator split(int color, int key) const;
+  // The ranks that share memory with this one (one node).
+  Communicator split_shared() const;
+  void barrier() const;
+
+ private:
+  void release() noexcept;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  bool owned_ = false;
+};
+
+}  // namespace tessera

@@ -1,0 +1,30 @@
+// MPI return codes to typed exceptions; tensor dtypes to MPI datatypes.
+#include "mesh/mpi_check.h"
+
+#include <string>
+
+#include "core/error.h"
+
+namespace tessera {
+
+void check_mpi(int rc, std::string_view call) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(rc, text, &length);
+  throw MpiError(std::string(call) + ": " + std::string(text, length));
+}
+
+MPI_Datatype mpi_datatype(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+      return MPI_FLOAT;
+    case DType::f64:
+      return MPI_DOUBLE;
+    case DType::i32:
+      return MPI_INT32_T;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+}  // namespace tessera

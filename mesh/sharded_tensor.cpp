@@ -1,0 +1,133 @@
+// Global-view sharded tensors: wrap, scatter from a global value, gather back, and draw.
+#include "mesh/sharded_tensor.h"
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+
+#include "core/error.h"
+#include "mesh/mpi_check.h"
+
+namespace tessera {
+
+bool is_partial_holder(const Spec& spec, const MeshShape& mesh, const std::vector<int>& coords) {
+  for (const auto& axis : spec.partial) {
+    if (coords[mesh.axis_index(axis)] != 0) return false;
+  }
+  return true;
+}
+
+ShardedTensor::ShardedTensor(Mesh mesh, Spec spec, Shape global_shape, Tensor local, std::string name)
+    : mesh_(std::move(mesh)), global_shape_(std::move(global_shape)), local_(std::move(local)), name_(std::move(name)) {
+  validate_spec(spec, mesh_.shape(), global_shape_, name_);
+  spec_ = spec.padded(static_cast<int>(global_shape_.size()));
+  Shape expected = local_shape(spec_, mesh_.shape(), global_shape_);
+  if (local_.shape() != expected) {
+    throw ShapeError("sharded tensor '" + name_ + "' " + shape_to_string(global_shape_) + " " + spec_.to_string() +
+                     " on " + mesh_.to_string() + ": local block has shape " + shape_to_string(local_.shape()) +
+                     ", expected " + shape_to_string(expected));
+  }
+}
+
+ShardedTensor ShardedTensor::from_global(const Mesh& mesh, const Spec& spec, const Tensor& global, std::string name) {
+  return from_block_fn(
+      mesh, spec, global.shape(),
+      [&](const std::vector<std::int64_t>& offsets, const Shape& block_shape) {
+        return extract_block(global, offsets, block_shape);
+      },
+      std::move(name));
+}
+
+ShardedTensor ShardedTensor::zeros(const Mesh& mesh, const Spec& spec, const Shape& global_shape, DType dtype,
+                                   std::string name) {
+  Spec full = spec.padded(static_cast<int>(global_shape.size()));
+  validate_spec(full, mesh.shape(), global_shape, name);
+  return ShardedTensor(mesh, full, global_shape, Tensor(local_shape(full, mesh.shape(), global_shape), dtype),
+                       std::move(name));
+}
+
+std::vector<std::int64_t> ShardedTensor::block_offsets() const {
+  return tessera::block_offsets(spec_, mesh_.shape(), global_shape_, mesh_.coords());
+}
+
+bool ShardedTensor::holds_partial_value() const { return is_partial_holder(spec_, mesh_.shape(), mesh_.coords()); }
+
+Tensor ShardedTensor::to_global() const {
+  const MeshShape& shape = mesh_.shape();
+  const int n = mesh_.size();
+  const std::size_t block_bytes = local_.nbytes();
+  std::vector<std::byte> all(block_bytes * n);
+  check_mpi(MPI_Allgather(local_.raw(), static_cast<int>(block_bytes), MPI_BYTE, all.data(),
+                          static_cast<int>(block_bytes), MPI_BYTE, mesh_.comm().handle()),
+            "MPI_Allgather (to_global)");
+  Tensor global(global_shape_, dtype());
+  Tensor block(local_.shape(), dtype());
+  for (int r = 0; r < n; ++r) {
+    auto coords = shape.coords_of(r);
+    // One replica per unmentioned axis contributes; every rank along a partial axis does.
+    bool contributes = true;
+    for (int a = 0; a < shape.ndim(); ++a) {
+      const auto& axis = shape.names()[a];
+      if (spec_.dim_of(axis) < 0 && !spec_.is_partial_on(axis) && coords[a] != 0) contributes = false;
+    }
+    if (!contributes) continue;
+    if (block_bytes > 0) std::memcpy(block.raw(), all.data() + block_bytes * r, block_bytes);
+    auto offsets = tessera::block_offsets(spec_, shape, global_shape_, coords);
+    if (spec_.is_partial()) {
+      add_block(global, block, offsets);
+    } else {
+      insert_block(global, block, offsets);
+    }
+  }
+  return global;
+}
+
+std::string ShardedTensor::describe() const {
+  std::ostringstream out;
+  if (!name_.empty()) out << name_ << ": ";
+  out << dtype_name(dtype()) << shape_to_string(global_shape_) << ' ' << spec_.to_string();
+  return out.str();
+}
+
+std::string ShardedTensor::picture() const {
+  const MeshShape& shape = mesh_.shape();
+  std::ostringstream out;
+  out << describe() << " on " << mesh_.to_string() << '\n';
+  if (rank() > 2) {
+    out << "(no picture for rank-" << rank() << " tensors)\n";
+    return out.str();
+  }
+  const int rows = rank() == 2 ? shard_count(spec_, shape, 0) : 1;
+  const int cols = rank() == 0 ? 1 : shard_count(spec_, shape, rank() - 1);
+  std::vector<std::vector<std::string>> cells(rows, std::vector<std::string>(cols));
+  for (int r = 0; r < shape.size(); ++r) {
+    auto coords = shape.coords_of(r);
+    int row = rank() == 2 ? block_index(spec_, shape, 0, coords) : 0;
+    int col = rank() == 0 ? 0 : block_index(spec_, shape, rank() - 1, coords);
+    auto& cell = cells[row][col];
+    cell += (cell.empty() ? "" : ",") + std::to_string(r);
+  }
+  std::size_t width = 5;
+  for (const auto& row : cells) {
+    for (const auto& c : row) width = std::max(width, c.size() + 2);
+  }
+  std::string rule = "+";
+  for (int c = 0; c < cols; ++c) rule += std::string(width, '-') + "+";
+  out << rule << '\n';
+  for (const auto& row : cells) {
+    out << '|';
+    for (const auto& c : row) {
+      std::size_t left = (width - c.size()) / 2;
+      out << std::string(left, ' ') << c << std::string(width - c.size() - left, ' ') << '|';
+    }
+    out << '\n' << rule << '\n';
+  }
+  if (spec_.is_partial()) {
+    out << "partial over";
+    for (const auto& a : spec_.partial) out << ' ' << a;
+    out << ": each cell's value is the sum of its ranks' blocks\n";
+  }
+  return out.str();
+}
+
+}  // namespace tessera

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# local.sh N PROGRAM [ARGS...]: run PROGRAM on N ranks of this machine.
+# Oversubscribes (and yields when idle) when N exceeds the cores, allows running as root,
+# turns off shared-memory single copy (fails without ptrace rights in containers) and uses
+# ROMIO for MPI-IO (Open MPI 4.1's ompio has collective-write hangs with parallel HDF5).
+set -euo pipefail
+if [ $# -lt 2 ]; then
+  echo "usage: $0 N PROGRAM [ARGS...]" >&2
+  exit 2
+fi
+n=$1
+shift
+if ! [[ "$n" =~ ^[1-9][0-9]*$ ]]; then
+  echo "local.sh: rank count must be a positive integer, got '$n'" >&2
+  exit 2
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+flags=(--bind-to none --mca btl_vader_single_copy_mechanism none --mca io romio321)
+if [ "$n" -gt "$(nproc)" ]; then
+  flags+=(--oversubscribe --mca mpi_yield_when_idle 1)
+fi
+exec mpirun -n "$n" "${flags[@]}" "$@"

@@ -1,0 +1,172 @@
+// Spec text forms, validation messages and block layout (DESIGN.md semantics 1 and 2).
+#include "core/spec.h"
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+
+namespace tessera {
+namespace {
+
+std::string spec_error(std::string_view text) {
+  try {
+    parse_spec(text);
+  } catch (const SpecError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+std::string shape_string_error(std::string_view text) {
+  try {
+    parse_shape_string(text);
+  } catch (const SpecError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+std::string validate_error(const Spec& spec, const MeshShape& mesh, const Shape& shape, std::string_view name) {
+  try {
+    validate_spec(spec, mesh, shape, name);
+  } catch (const SpecError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+const MeshShape kMesh({"data", "model"}, {2, 4});
+
+TEST(Spec, JaxTextRoundTrips) {
+  for (const char* text : {"P()", "P(data)", "P(data, None)", "P(None, model)", "P((data, model), None)",
+                           "P(None, (model, data), None)", "P(data, None; partial=model)",
+                           "P(None; partial=(data, model))", "P(; partial=model)"}) {
+    EXPECT_EQ(parse_spec(text).to_string(), text);
+  }
+}
+
+TEST(Spec, ParseAcceptsSpacingAndTrailingComma) {
+  Spec s = parse_spec("  P( (data,model,) ,None )");
+  EXPECT_EQ(s.to_string(), "P((data, model), None)");
+  EXPECT_EQ(s.dims[0], (Axes{"data", "model"}));
+}
+
+TEST(Spec, MalformedTextPointsAtToken) {
+  EXPECT_EQ(spec_error("P(data,, None)"),
+            "spec 'P(data,, None)': expected a mesh axis, '(' or None, found ',' at column 8\n"
+            "  P(data,, None)\n"
+            "         ^");
+  EXPECT_EQ(spec_error("Q(data)"),
+            "spec 'Q(data)': expected 'P(', found 'Q' at column 1\n  Q(data)\n  ^");
+  EXPECT_EQ(spec_error("P(data"), "spec 'P(data': expected ',', ';' or ')', found end of text at column 7\n  P(data\n        ^");
+  EXPECT_EQ(spec_error("P(data) x"),
+            "spec 'P(data) x': unexpected text after the spec, found 'x' at column 9\n  P(data) x\n          ^");
+  EXPECT_EQ(spec_error("P(data; parts=model)"),
+            "spec 'P(data; parts=model)': expected 'partial=', found 'p' at column 9\n"
+            "  P(data; parts=model)\n"
+            "          ^");
+  EXPECT_EQ(spec_error("P((data, 3))"),
+            "spec 'P((data, 3))': expected a mesh axis name, found '3' at column 10\n  P((data, 3))\n           ^");
+}
+
+TEST(Spec, EqualityPadsAndIgnoresPartialOrder) {
+  EXPECT_EQ(parse_spec("P(data)"), parse_spec("P(data, None, None)"));
+  EXPECT_EQ(parse_spec("P(; partial=(data, model))"), parse_spec("P(None; partial=(model, data))"));
+  EXPECT_FALSE(parse_spec("P((data, model))") == parse_spec("P((model, data))"));
+  EXPECT_FALSE(parse_spec("P(data)") == parse_spec("P(None, data)"));
+}
+
+TEST(Spec, ValidateUnknownAxis) {
+  EXPECT_EQ(validate_error(parse_spec("P(data, expert)"), kMesh, {8, 8}, "W1"),
+            "spec P(data, expert) of 'W1': unknown mesh axis 'expert' (mesh has data: 2, model: 4)");
+}
+
+TEST(Spec, ValidateAxisTwice) {
+  EXPECT_EQ(validate_error(parse_spec("P(data, data)"), kMesh, {8, 8}, "W1"),
+            "spec P(data, data) of 'W1': mesh axis 'data' is used more than once");
+  EXPECT_EQ(validate_error(parse_spec("P(model; partial=model)"), kMesh, {8}, "y"),
+            "spec P(model; partial=model) of 'y': mesh axis 'model' is used more than once");
+}
+
+TEST(Spec, ValidateNonDivisible) {
+  EXPECT_EQ(validate_error(parse_spec("P(None, (data, model))"), kMesh, {8, 1004}, "W2"),
+            "dimension 1 of 'W2' (size 1004) does not divide over axes (data, model) of size 8");
+  EXPECT_EQ(validate_error(parse_spec("P(None, model)"), MeshShape({"data", "model"}, {2, 3}), {8, 1000}, "W2"),
+            "dimension 1 of 'W2' (size 1000) does not divide over axes (model) of size 3");
+}
+
+TEST(Spec, ValidateTooManyDimensions) {
+  EXPECT_EQ(validate_error(parse_spec("P(data, None, None)"), kMesh, {8, 8}, "x"),
+            "spec P(data, None, None) of 'x' has 3 dimensions but the tensor has shape [8, 8]");
+}
+
+TEST(Spec, BlockIndexIsMixedRadixMajorFirst) {
+  Spec s = parse_spec("P((data, model))");
+  // coords (d, m) -> block d * 4 + m
+  for (int d = 0; d < 2; ++d)
+    for (int m = 0; m < 4; ++m) EXPECT_EQ(block_index(s, kMesh, 0, {d, m}), d * 4 + m);
+  Spec t = parse_spec("P((model, data))");
+  for (int d = 0; d < 2; ++d)
+    for (int m = 0; m < 4; ++m) EXPECT_EQ(block_index(t, kMesh, 0, {d, m}), m * 2 + d);
+}
+
+TEST(Spec, LocalShapeAndOffsets) {
+  Spec s = parse_spec("P(data, model)");
+  EXPECT_EQ(local_shape(s, kMesh, {8, 16}), (Shape{4, 4}));
+  EXPECT_EQ(block_offsets(s, kMesh, {8, 16}, {1, 2}), (std::vector<std::int64_t>{4, 8}));
+  // Padding: a short spec leaves later dimensions whole.
+  EXPECT_EQ(local_shape(parse_spec("P(model)"), kMesh, {8, 16, 3}), (Shape{2, 16, 3}));
+}
+
+TEST(ShapeString, RoundTripsAndGivesSpec) {
+  for (const char* text : {"batch/data embed/model", "batch/data/model 8 hidden", "layer embed hidden/model", ""}) {
+    EXPECT_EQ(parse_shape_string(text).to_string(), text);
+  }
+  ShapeString s = parse_shape_string("batch/data 8 hidden/model/data2");
+  EXPECT_EQ(s.spec().to_string(), "P(data, None, (model, data2))");
+  EXPECT_EQ(s.names(), (std::vector<std::string>{"batch", "", "hidden"}));
+  EXPECT_EQ(*s.dims[1].size, 8);
+}
+
+TEST(ShapeString, MalformedPointsAtToken) {
+  EXPECT_EQ(shape_string_error("batch/ embed"),
+            "shape string 'batch/ embed': expected a mesh axis name after '/', found ' ' at column 7\n"
+            "  batch/ embed\n"
+            "        ^");
+  EXPECT_EQ(shape_string_error("batch/data emb-ed"),
+            "shape string 'batch/data emb-ed': expected a space, '/' or the end, found '-' at column 15\n"
+            "  batch/data emb-ed\n"
+            "                ^");
+  EXPECT_EQ(shape_string_error("batch/8"),
+            "shape string 'batch/8': expected a mesh axis name after '/', found '8' at column 7\n  batch/8\n        ^");
+}
+
+TEST(MeshShape, ParseAndCoordinates) {
+  MeshShape m = MeshShape::parse("data=2,model=4");
+  EXPECT_EQ(m, kMesh);
+  EXPECT_EQ(MeshShape::parse("data: 2, model: 4"), kMesh);
+  EXPECT_EQ(m.to_string(), "data: 2, model: 4");
+  EXPECT_EQ(m.coords_of(6), (std::vector<int>{1, 2}));
+  EXPECT_EQ(m.rank_of({1, 2}), 6);
+  try {
+    MeshShape::parse("data=2,model=x");
+    FAIL();
+  } catch (const SpecError& e) {
+    EXPECT_STREQ(e.what(), "mesh 'data=2,model=x': size of axis 'model' is not a positive integer: 'x'");
+  }
+  try {
+    MeshShape::parse("data=2,data=4");
+    FAIL();
+  } catch (const SpecError& e) {
+    EXPECT_STREQ(e.what(), "mesh 'data=2,data=4': axis name 'data' appears twice");
+  }
+  try {
+    kMesh.axis_index("expert");
+    FAIL();
+  } catch (const SpecError& e) {
+    EXPECT_STREQ(e.what(), "unknown mesh axis 'expert' (mesh has data: 2, model: 4)");
+  }
+}
+
+}  // namespace
+}  // namespace tessera

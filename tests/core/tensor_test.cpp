@@ -1,0 +1,97 @@
+// Tensor storage, dtype access and the block copies sharding is built on.
+#include "core/tensor.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+namespace tessera {
+namespace {
+
+Tensor iota(Shape shape) {
+  Tensor t(std::move(shape), DType::f32);
+  auto v = t.values<float>();
+  std::iota(v.begin(), v.end(), 0.0f);
+  return t;
+}
+
+TEST(Tensor, ZeroFilledAlignedAndSized) {
+  Tensor t({3, 5}, DType::f64);
+  EXPECT_EQ(t.numel(), 15);
+  EXPECT_EQ(t.nbytes(), 120u);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(t.raw()) % 64, 0u);
+  for (double x : t.values<double>()) EXPECT_EQ(x, 0.0);
+}
+
+TEST(Tensor, CopyIsDeepMoveIsCheap) {
+  Tensor a = iota({4});
+  Tensor b = a;
+  b.data<float>()[0] = 42;
+  EXPECT_EQ(a.data<float>()[0], 0.0f);
+  const void* storage = b.raw();
+  Tensor c = std::move(b);
+  EXPECT_EQ(c.raw(), storage);
+  EXPECT_EQ(b.numel(), 0);
+}
+
+TEST(Tensor, WrongDtypeAccessThrows) {
+  Tensor t({2}, DType::f32);
+  try {
+    t.data<double>();
+    FAIL() << "expected ShapeError";
+  } catch (const ShapeError& e) {
+    EXPECT_STREQ(e.what(), "Tensor: accessed a f32 tensor as f64");
+  }
+}
+
+TEST(Tensor, FromVectorChecksCount) {
+  EXPECT_THROW(Tensor::from_vector<float>({2, 2}, {1, 2, 3}), ShapeError);
+  Tensor t = Tensor::from_vector<std::int32_t>({3}, {1, 2, 3});
+  EXPECT_EQ(t.dtype(), DType::i32);
+  EXPECT_EQ(t.at(2), 3.0);
+}
+
+TEST(Tensor, ExtractInsertRoundTrip3d) {
+  Tensor whole = iota({4, 6, 8});
+  for (std::int64_t a : {0, 2})
+    for (std::int64_t b : {0, 3})
+      for (std::int64_t c : {0, 4}) {
+        Tensor block = extract_block(whole, {a, b, c}, {2, 3, 4});
+        auto v = block.values<float>();
+        // First element of the block is whole[a, b, c]; last is whole[a+1, b+2, c+3].
+        EXPECT_EQ(v.front(), static_cast<float>(a * 48 + b * 8 + c));
+        EXPECT_EQ(v.back(), static_cast<float>((a + 1) * 48 + (b + 2) * 8 + (c + 3)));
+      }
+  Tensor rebuilt({4, 6, 8});
+  for (std::int64_t a : {0, 2})
+    for (std::int64_t b : {0, 3})
+      for (std::int64_t c : {0, 4}) insert_block(rebuilt, extract_block(whole, {a, b, c}, {2, 3, 4}), {a, b, c});
+  EXPECT_TRUE(rebuilt.bit_equal(whole));
+}
+
+TEST(Tensor, AddBlockAccumulates) {
+  Tensor whole({2, 2});
+  Tensor ones = Tensor::full({1, 2}, 1.0);
+  add_block(whole, ones, {1, 0});
+  add_block(whole, ones, {1, 0});
+  EXPECT_EQ(whole.at(0), 0.0);
+  EXPECT_EQ(whole.at(2), 2.0);
+  EXPECT_EQ(whole.at(3), 2.0);
+}
+
+TEST(Tensor, BlockOutOfRangeThrows) {
+  Tensor whole({4, 4});
+  EXPECT_THROW(extract_block(whole, {3, 0}, {2, 4}), ShapeError);
+}
+
+TEST(Tensor, ReshapeAndAstype) {
+  Tensor t = iota({2, 3});
+  Tensor r = t.reshaped({3, 2});
+  EXPECT_EQ(r.shape(), (Shape{3, 2}));
+  EXPECT_THROW(t.reshaped({4}), ShapeError);
+  Tensor d = t.astype(DType::f64);
+  EXPECT_EQ(d.at(5), 5.0);
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,106 @@
+// Mesh construction, coordinates, axis-subset communicators and error agreement.
+#include "mesh/mesh.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "mesh/agree.h"
+#include "mesh/mpi_check.h"
+#include "tests/test_meshes.h"
+
+namespace tessera {
+namespace {
+
+using testing_support::meshes_of_size;
+using testing_support::world_rank;
+using testing_support::world_size;
+
+TEST(Mesh, SizeMismatchIsAnErrorOnEveryRank) {
+  const int n = world_size();
+  MeshShape wrong({"data", "model"}, {2, n + 1});
+  try {
+    Mesh::world(wrong);
+    FAIL() << "expected MeshError";
+  } catch (const MeshError& e) {
+    EXPECT_EQ(std::string(e.what()), "mesh (data: 2, model: " + std::to_string(n + 1) + ") has " +
+                                         std::to_string(2 * (n + 1)) + " ranks but the communicator has " +
+                                         std::to_string(n));
+  }
+}
+
+TEST(Mesh, RowMajorCoordinatesOnOneNode) {
+  for (const auto& shape : meshes_of_size(world_size())) {
+    Mesh mesh = Mesh::world(shape);
+    // On one node the topology-aware mesh is the plain row-major one.
+    EXPECT_EQ(mesh.rank(), world_rank()) << shape.to_string();
+    EXPECT_EQ(mesh.coords(), shape.coords_of(world_rank())) << shape.to_string();
+    EXPECT_EQ(mesh.to_string(), "mesh(" + shape.to_string() + ")");
+  }
+}
+
+TEST(Mesh, AxesCommunicatorsFollowMixedRadixOrder) {
+  for (const auto& shape : meshes_of_size(world_size())) {
+    Mesh mesh = Mesh::world(shape);
+    std::vector<Axes> subsets = {{}};
+    for (const auto& a : shape.names()) subsets.push_back({a});
+    if (shape.ndim() >= 2) {
+      subsets.push_back({shape.names()[0], shape.names()[1]});
+      subsets.push_back({shape.names()[1], shape.names()[0]});
+    }
+    if (shape.ndim() == 3) subsets.push_back({shape.names()[2], shape.names()[0], shape.names()[1]});
+    for (const auto& axes : subsets) {
+      const Communicator& comm = mesh.axes_comm(axes);
+      ASSERT_EQ(comm.size(), shape.axes_size(axes));
+      EXPECT_EQ(comm.rank(), mesh.axes_rank(axes));
+      // Member i of the communicator is the mesh rank whose coordinates on `axes` have mixed
+      // radix i and whose other coordinates equal ours.
+      std::vector<int> members(comm.size());
+      int me = mesh.rank();
+      check_mpi(MPI_Allgather(&me, 1, MPI_INT, members.data(), 1, MPI_INT, comm.handle()), "MPI_Allgather");
+      for (int i = 0; i < comm.size(); ++i) {
+        auto coords = mesh.coords();
+        int rest = i;
+        for (int k = static_cast<int>(axes.size()) - 1; k >= 0; --k) {
+          int a = shape.axis_index(axes[k]);
+          coords[a] = rest % shape.sizes()[a];
+          rest /= shape.sizes()[a];
+        }
+        EXPECT_EQ(members[i], shape.rank_of(coords));
+      }
+      // Cached: the same object comes back.
+      EXPECT_EQ(&mesh.axes_comm(axes), &comm);
+    }
+  }
+}
+
+TEST(Mesh, UnknownAxisInSubsetIsAnError) {
+  Mesh mesh = Mesh::world(MeshShape({"data"}, {world_size()}));
+  try {
+    mesh.axes_comm({"model"});
+    FAIL();
+  } catch (const SpecError& e) {
+    EXPECT_EQ(std::string(e.what()), "unknown mesh axis 'model' (mesh has data: " + std::to_string(world_size()) + ")");
+  }
+}
+
+TEST(Agree, EveryRankThrowsTheFirstFailingRanksMessage) {
+  Communicator world = Communicator::world();
+  const int n = world.size();
+  std::optional<std::string> mine;
+  if (world.rank() == n - 1) mine = "cannot open /nowhere";
+  if (n > 2 && world.rank() == n - 2) mine = "other";
+  std::string expected = n > 2 ? "rank " + std::to_string(n - 2) + ": other"
+                               : (n > 1 ? "rank " + std::to_string(n - 1) + ": " : "") + "cannot open /nowhere";
+  try {
+    agree_or_throw<IoError>(world, mine);
+    FAIL();
+  } catch (const IoError& e) {
+    EXPECT_EQ(std::string(e.what()), expected);
+  }
+  EXPECT_NO_THROW(agree_or_throw<IoError>(world, std::nullopt));
+}
+
+}  // namespace
+}  // namespace tessera

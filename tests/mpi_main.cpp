@@ -1,0 +1,77 @@
+// GoogleTest main for MPI suites. Every rank runs every test; after each test the ranks'
+// failure messages are gathered on rank 0, which prints them with the rank that raised them,
+// so a failure on ANY rank fails the test and the process (exit code 1 on every rank).
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "mesh/environment.h"
+
+namespace {
+
+class RankFailureListener : public testing::EmptyTestEventListener {
+ public:
+  void OnTestPartResult(const testing::TestPartResult& result) override {
+    if (result.failed()) {
+      std::ostringstream out;
+      out << (result.file_name() ? result.file_name() : "?") << ':' << result.line_number() << ": "
+          << result.summary() << '\n';
+      messages_ += out.str();
+    }
+  }
+
+  void OnTestEnd(const testing::TestInfo& info) override {
+    int rank = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int length = static_cast<int>(messages_.size());
+    std::vector<int> lengths(size);
+    MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+    std::vector<int> displs(size, 0);
+    int total = 0;
+    for (int r = 0; r < size; ++r) {
+      displs[r] = total;
+      total += lengths[r];
+    }
+    std::string all(rank == 0 ? total : 0, '\0');
+    MPI_Gatherv(messages_.data(), length, MPI_CHAR, all.data(), lengths.data(), displs.data(), MPI_CHAR, 0,
+                MPI_COMM_WORLD);
+    if (rank == 0) {
+      for (int r = 0; r < size; ++r) {
+        if (r == 0 || lengths[r] == 0) continue;  // rank 0's failures are printed by gtest itself
+        std::fprintf(stderr, "[  FAILED  ] %s.%s on rank %d of %d:\n%s", info.test_suite_name(), info.name(), r, size,
+                     all.substr(displs[r], lengths[r]).c_str());
+      }
+    }
+    any_failure_ |= !messages_.empty();
+    messages_.clear();
+  }
+
+  bool any_failure() const { return any_failure_; }
+
+ private:
+  std::string messages_;
+  bool any_failure_ = false;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  tessera::Environment env(argc, argv);
+  testing::InitGoogleTest(&argc, argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  auto& listeners = testing::UnitTest::GetInstance()->listeners();
+  if (rank != 0) delete listeners.Release(listeners.default_result_printer());
+  auto* failures = new RankFailureListener;
+  listeners.Append(failures);
+  int local = RUN_ALL_TESTS() != 0 || failures->any_failure() ? 1 : 0;
+  int global = 0;
+  MPI_Allreduce(&local, &global, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (rank == 0 && global && !local) std::fprintf(stderr, "tests failed on another rank (see above)\n");
+  return global;
+}
