@@ -1,0 +1,360 @@
+// Local compute kernels. The matrix product goes through Eigen's GEMM on row-major maps (no
+// copies for transposed operands); the rest are plain loops the compiler vectorizes.
+#include "core/kernels.h"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+
+namespace tessera {
+
+namespace {
+
+template <class T>
+using RowMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T>
+using ConstMap = Eigen::Map<const RowMatrix<T>>;
+template <class T>
+using MutMap = Eigen::Map<RowMatrix<T>>;
+
+void require_float(const Tensor& x, const char* what) {
+  if (x.dtype() != DType::f32 && x.dtype() != DType::f64) {
+    throw ShapeError(std::string(what) + ": expected a f32 or f64 tensor, got " + std::string(dtype_name(x.dtype())));
+  }
+}
+
+template <class F>
+decltype(auto) dispatch_float(DType dtype, F&& f) {
+  if (dtype == DType::f64) return f(double{});
+  return f(float{});
+}
+
+// Strides of `shape` seen as broadcast to `out` rank (0 for broadcast dimensions).
+std::vector<std::int64_t> broadcast_strides(const Shape& shape, const Shape& out) {
+  const int r = static_cast<int>(out.size());
+  const int offset = r - static_cast<int>(shape.size());
+  auto own = row_major_strides(shape);
+  std::vector<std::int64_t> strides(r, 0);
+  for (int d = 0; d < static_cast<int>(shape.size()); ++d) strides[d + offset] = shape[d] == 1 ? 0 : own[d];
+  return strides;
+}
+
+}  // namespace
+
+void batched_gemm(const Tensor& a, const Tensor& b, Tensor& c, std::int64_t batch, std::int64_t m, std::int64_t n,
+                  std::int64_t k, bool trans_a, bool trans_b, bool accumulate) {
+  require_float(a, "gemm");
+  if (a.dtype() != b.dtype() || a.dtype() != c.dtype()) throw ShapeError("gemm: operands of different dtypes");
+  if (a.numel() != batch * m * k || b.numel() != batch * k * n || c.numel() != batch * m * n) {
+    throw ShapeError("gemm: element counts do not match [" + std::to_string(batch) + ", " + std::to_string(m) + ", " +
+                     std::to_string(n) + ", " + std::to_string(k) + "]");
+  }
+  dispatch_float(a.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    for (std::int64_t i = 0; i < batch; ++i) {
+      const T* pa = a.data<T>() + i * m * k;
+      const T* pb = b.data<T>() + i * k * n;
+      T* pc = c.data<T>() + i * m * n;
+      MutMap<T> C(pc, m, n);
+      if (!accumulate) C.setZero();
+      if (!trans_a && !trans_b) {
+        C.noalias() += ConstMap<T>(pa, m, k) * ConstMap<T>(pb, k, n);
+      } else if (trans_a && !trans_b) {
+        C.noalias() += ConstMap<T>(pa, k, m).transpose() * ConstMap<T>(pb, k, n);
+      } else if (!trans_a && trans_b) {
+        C.noalias() += ConstMap<T>(pa, m, k) * ConstMap<T>(pb, n, k).transpose();
+      } else {
+        C.noalias() += ConstMap<T>(pa, k, m).transpose() * ConstMap<T>(pb, n, k).transpose();
+      }
+    }
+  });
+}
+
+Tensor permute_dims(const Tensor& in, const std::vector<int>& perm) {
+  const int r = in.rank();
+  if (static_cast<int>(perm.size()) != r) throw ShapeError("permute_dims: permutation of the wrong length");
+  bool identity = true;
+  for (int i = 0; i < r; ++i) identity &= perm[i] == i;
+  if (identity) return in;
+  Shape out_shape(r);
+  for (int i = 0; i < r; ++i) out_shape[i] = in.shape()[perm[i]];
+  Tensor out(out_shape, in.dtype());
+  if (in.numel() == 0) return out;
+  auto in_strides = row_major_strides(in.shape());
+  std::vector<std::int64_t> strides(r);  // input stride of each output dimension
+  for (int i = 0; i < r; ++i) strides[i] = in_strides[perm[i]];
+  const std::size_t elem = dtype_size(in.dtype());
+  auto* src = static_cast<const std::byte*>(in.raw());
+  auto* dst = static_cast<std::byte*>(out.raw());
+  std::vector<std::int64_t> index(r, 0);
+  const std::int64_t inner = out_shape[r - 1];
+  const std::int64_t inner_stride = strides[r - 1];
+  std::int64_t pos = 0;
+  for (std::int64_t o = 0; o < out.numel(); o += inner) {
+    std::int64_t base = 0;
+    for (int d = 0; d < r - 1; ++d) base += index[d] * strides[d];
+    if (elem == 4) {
+      auto* s = reinterpret_cast<const std::uint32_t*>(src);
+      auto* t = reinterpret_cast<std::uint32_t*>(dst) + pos;
+      for (std::int64_t j = 0; j < inner; ++j) t[j] = s[base + j * inner_stride];
+    } else {
+      auto* s = reinterpret_cast<const std::uint64_t*>(src);
+      auto* t = reinterpret_cast<std::uint64_t*>(dst) + pos;
+      for (std::int64_t j = 0; j < inner; ++j) t[j] = s[base + j * inner_stride];
+    }
+    pos += inner;
+    for (int d = r - 2; d >= 0; --d) {
+      if (++index[d] < out_shape[d]) break;
+      index[d] = 0;
+    }
+  }
+  return out;
+}
+
+Shape broadcast_shapes(const Shape& a, const Shape& b) {
+  const std::size_t r = std::max(a.size(), b.size());
+  Shape out(r);
+  for (std::size_t i = 0; i < r; ++i) {
+    std::int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
+    std::int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
+    if (da != db && da != 1 && db != 1) {
+      throw ShapeError("shapes " + shape_to_string(a) + " and " + shape_to_string(b) + " do not broadcast");
+    }
+    out[i] = std::max(da, db);
+  }
+  return out;
+}
+
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
+  require_float(a, "binary op");
+  if (a.dtype() != b.dtype()) {
+    throw ShapeError("binary op: dtypes " + std::string(dtype_name(a.dtype())) + " and " +
+                     std::string(dtype_name(b.dtype())) + " differ");
+  }
+  Shape out_shape = broadcast_shapes(a.shape(), b.shape());
+  Tensor out(out_shape, a.dtype());
+  dispatch_float(a.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    auto apply = [op](T x, T y) -> T {
+      switch (op) {
+        case BinaryOp::add:
+          return x + y;
+        case BinaryOp::sub:
+          return x - y;
+        case BinaryOp::mul:
+          return x * y;
+        case BinaryOp::div:
+          return x / y;
+        case BinaryOp::max:
+          return std::max(x, y);
+        case BinaryOp::min:
+          return std::min(x, y);
+      }
+      return x;
+    };
+    const T* pa = a.data<T>();
+    const T* pb = b.data<T>();
+    T* po = out.data<T>();
+    const std::int64_t n = out.numel();
+    if (a.shape() == b.shape()) {
+      switch (op) {  // the common case, written so the loops vectorize
+        case BinaryOp::add:
+          for (std::int64_t i = 0; i < n; ++i) po[i] = pa[i] + pb[i];
+          return;
+        case BinaryOp::sub:
+          for (std::int64_t i = 0; i < n; ++i) po[i] = pa[i] - pb[i];
+          return;
+        case BinaryOp::mul:
+          for (std::int64_t i = 0; i < n; ++i) po[i] = pa[i] * pb[i];
+          return;
+        default:
+          for (std::int64_t i = 0; i < n; ++i) po[i] = apply(pa[i], pb[i]);
+          return;
+      }
+    }
+    if (n == 0) return;
+    const int r = static_cast<int>(out_shape.size());
+    auto sa = broadcast_strides(a.shape(), out_shape);
+    auto sb = broadcast_strides(b.shape(), out_shape);
+    std::vector<std::int64_t> index(r, 0);
+    const std::int64_t inner = r ? out_shape[r - 1] : 1;
+    const std::int64_t ia = r ? sa[r - 1] : 0, ib = r ? sb[r - 1] : 0;
+    for (std::int64_t o = 0; o < n; o += inner) {
+      std::int64_t oa = 0, ob = 0;
+      for (int d = 0; d < r - 1; ++d) {
+        oa += index[d] * sa[d];
+        ob += index[d] * sb[d];
+      }
+      for (std::int64_t j = 0; j < inner; ++j) po[o + j] = apply(pa[oa + j * ia], pb[ob + j * ib]);
+      for (int d = r - 2; d >= 0; --d) {
+        if (++index[d] < out_shape[d]) break;
+        index[d] = 0;
+      }
+    }
+  });
+  return out;
+}
+
+Tensor broadcast_to(const Tensor& x, const Shape& shape) {
+  if (x.shape() == shape) return x;
+  if (broadcast_shapes(x.shape(), shape) != shape) {
+    throw ShapeError("cannot broadcast " + shape_to_string(x.shape()) + " to " + shape_to_string(shape));
+  }
+  return binary(BinaryOp::add, Tensor(shape, x.dtype()), x);
+}
+
+Tensor sum_to_shape(const Tensor& x, const Shape& shape) {
+  if (x.shape() == shape) return x;
+  const int r = x.rank();
+  const int offset = r - static_cast<int>(shape.size());
+  std::vector<int> dims;
+  for (int d = 0; d < r; ++d) {
+    if (d < offset || (shape[d - offset] == 1 && x.shape()[d] != 1)) dims.push_back(d);
+  }
+  Tensor summed = reduce_sum(x, dims, true);
+  return std::move(summed).reshaped(shape);
+}
+
+Tensor unary(UnaryOp op, const Tensor& x) {
+  require_float(x, "unary op");
+  Tensor out(x.shape(), x.dtype());
+  dispatch_float(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* p = x.data<T>();
+    T* o = out.data<T>();
+    const std::int64_t n = x.numel();
+    switch (op) {
+      case UnaryOp::neg:
+        for (std::int64_t i = 0; i < n; ++i) o[i] = -p[i];
+        break;
+      case UnaryOp::relu:
+        for (std::int64_t i = 0; i < n; ++i) o[i] = p[i] > T(0) ? p[i] : T(0);
+        break;
+      case UnaryOp::relu_mask:
+        for (std::int64_t i = 0; i < n; ++i) o[i] = p[i] > T(0) ? T(1) : T(0);
+        break;
+      case UnaryOp::exp:
+        for (std::int64_t i = 0; i < n; ++i) o[i] = std::exp(p[i]);
+        break;
+      case UnaryOp::log:
+        for (std::int64_t i = 0; i < n; ++i) o[i] = std::log(p[i]);
+        break;
+      case UnaryOp::square:
+        for (std::int64_t i = 0; i < n; ++i) o[i] = p[i] * p[i];
+        break;
+      case UnaryOp::sqrt:
+        for (std::int64_t i = 0; i < n; ++i) o[i] = std::sqrt(p[i]);
+        break;
+      case UnaryOp::tanh:
+        for (std::int64_t i = 0; i < n; ++i) o[i] = std::tanh(p[i]);
+        break;
+      case UnaryOp::abs:
+        for (std::int64_t i = 0; i < n; ++i) o[i] = std::abs(p[i]);
+        break;
+      case UnaryOp::sign:
+        for (std::int64_t i = 0; i < n; ++i) o[i] = T((p[i] > T(0)) - (p[i] < T(0)));
+        break;
+    }
+  });
+  return out;
+}
+
+Tensor affine(const Tensor& x, double scale, double shift) {
+  require_float(x, "affine");
+  Tensor out(x.shape(), x.dtype());
+  dispatch_float(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* p = x.data<T>();
+    T* o = out.data<T>();
+    const T s = static_cast<T>(scale), t = static_cast<T>(shift);
+    for (std::int64_t i = 0; i < x.numel(); ++i) o[i] = p[i] * s + t;
+  });
+  return out;
+}
+
+Tensor axpy(const Tensor& a, double scale, const Tensor& b) {
+  require_float(a, "axpy");
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) throw ShapeError("axpy: operands differ in shape or dtype");
+  Tensor out(a.shape(), a.dtype());
+  dispatch_float(a.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* pa = a.data<T>();
+    const T* pb = b.data<T>();
+    T* o = out.data<T>();
+    const T s = static_cast<T>(scale);
+    for (std::int64_t i = 0; i < a.numel(); ++i) o[i] = pa[i] + s * pb[i];
+  });
+  return out;
+}
+
+void add_inplace(Tensor& a, const Tensor& b) {
+  require_float(a, "add_inplace");
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) {
+    throw ShapeError("add_inplace: " + shape_to_string(a.shape()) + " and " + shape_to_string(b.shape()) + " differ");
+  }
+  dispatch_float(a.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    T* pa = a.data<T>();
+    const T* pb = b.data<T>();
+    for (std::int64_t i = 0; i < a.numel(); ++i) pa[i] += pb[i];
+  });
+}
+
+namespace {
+
+template <bool IsMax>
+Tensor reduce(const Tensor& x, const std::vector<int>& dims, bool keepdims) {
+  require_float(x, "reduce");
+  const int r = x.rank();
+  std::vector<bool> reduced(r, false);
+  for (int d : dims) {
+    if (d < 0 || d >= r) throw ShapeError("reduce: dimension " + std::to_string(d) + " out of range for rank " + std::to_string(r));
+    reduced[d] = true;
+  }
+  Shape kept(r);
+  for (int d = 0; d < r; ++d) kept[d] = reduced[d] ? 1 : x.shape()[d];
+  Tensor out(kept, x.dtype());
+  dispatch_float(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    T* o = out.data<T>();
+    if (IsMax) std::fill_n(o, out.numel(), -std::numeric_limits<T>::infinity());
+    const T* p = x.data<T>();
+    auto ostrides = row_major_strides(kept);
+    std::vector<std::int64_t> index(r, 0);
+    for (std::int64_t i = 0; i < x.numel(); ++i) {
+      std::int64_t oi = 0;
+      for (int d = 0; d < r; ++d) oi += reduced[d] ? 0 : index[d] * ostrides[d];
+      if (IsMax) {
+        o[oi] = std::max(o[oi], p[i]);
+      } else {
+        o[oi] += p[i];
+      }
+      for (int d = r - 1; d >= 0; --d) {
+        if (++index[d] < x.shape()[d]) break;
+        index[d] = 0;
+      }
+    }
+  });
+  if (keepdims) return out;
+  Shape squeezed;
+  for (int d = 0; d < r; ++d) {
+    if (!reduced[d]) squeezed.push_back(x.shape()[d]);
+  }
+  return std::move(out).reshaped(squeezed);
+}
+
+}  // namespace
+
+Tensor reduce_sum(const Tensor& x, const std::vector<int>& dims, bool keepdims) { return reduce<false>(x, dims, keepdims); }
+Tensor reduce_max(const Tensor& x, const std::vector<int>& dims, bool keepdims) { return reduce<true>(x, dims, keepdims); }
+
+double sum_all(const Tensor& x) {
+  double s = 0;
+  for (std::int64_t i = 0; i < x.numel(); ++i) s += x.at(i);
+  return s;
+}
+
+}  // namespace tessera

@@ -1,0 +1,162 @@
+// The backward pass: topological order of the tape from the output, cotangents accumulated per
+// node and resharded to the node's spec (partial axes dropped), each op's backward called once.
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "collectives/reshard.h"
+#include "core/error.h"
+#include "core/kernels.h"
+#include "nn/var.h"
+
+namespace tessera::nn {
+
+Var::Var(ShardedTensor value, bool requires_grad) : node_(std::make_shared<Node>()) {
+  node_->value = std::move(value);
+  node_->requires_grad = requires_grad;
+  node_->op = "leaf";
+}
+
+const ShardedTensor& Var::value() const {
+  if (!node_) throw Error("use of an undefined Var");
+  return node_->value;
+}
+
+bool Var::requires_grad() const { return node_ && node_->requires_grad; }
+
+Var make_result(std::string op, ShardedTensor value, std::vector<Var> inputs, Backward backward) {
+  Var out;
+  out.node_ = std::make_shared<Node>();
+  out.node_->value = std::move(value);
+  out.node_->op = std::move(op);
+  bool any = std::any_of(inputs.begin(), inputs.end(), [](const Var& v) { return v.requires_grad(); });
+  out.node_->requires_grad = any;
+  if (any) {
+    out.node_->inputs = std::move(inputs);
+    out.node_->backward = std::move(backward);
+  }
+  return out;
+}
+
+namespace {
+
+// The spec a cotangent of `primal` is kept in: the primal's, without partial axes.
+Spec cotangent_spec(const ShardedTensor& primal) { return primal.spec().without_partial(); }
+
+void accumulate(std::optional<ShardedTensor>& slot, ShardedTensor grad, const Spec& target) {
+  if (!slot) {
+    slot = grad.spec() == target ? std::move(grad) : reshard(std::move(grad), target);
+    return;
+  }
+  if (!(grad.spec() == slot->spec())) grad = reshard(std::move(grad), slot->spec());
+  add_inplace(slot->local(), grad.local());
+}
+
+class Accumulator : public GradSink {
+ public:
+  Accumulator(std::unordered_map<Node*, std::optional<ShardedTensor>>& grads, const Node& node,
+              const std::unordered_set<Node*>& keep_raw)
+      : grads_(grads), node_(node), keep_raw_(keep_raw) {}
+
+  void add(int input, ShardedTensor grad) override {
+    Node* in = node_.inputs.at(input).node().get();
+    if (!in->requires_grad) return;
+    if (grad.global_shape() != in->value.global_shape()) {
+      throw ShapeError("autodiff: op '" + node_.op + "' gave a cotangent of shape " +
+                       shape_to_string(grad.global_shape()) + " for an input of shape " +
+                       shape_to_string(in->value.global_shape()));
+    }
+    auto& slot = grads_[in];
+    if (keep_raw_.count(in)) {
+      accumulate(slot, std::move(grad), slot ? slot->spec() : grad.spec());
+    } else {
+      accumulate(slot, std::move(grad), cotangent_spec(in->value));
+    }
+  }
+
+  void add_slab(int input, std::int64_t index, ShardedTensor grad) override {
+    Node* in = node_.inputs.at(input).node().get();
+    if (!in->requires_grad) return;
+    const ShardedTensor& primal = in->value;
+    Spec full = cotangent_spec(primal);
+    Spec slab_spec(std::vector<Axes>(full.dims.begin() + 1, full.dims.end()));
+    if (!(grad.spec() == slab_spec)) grad = reshard(std::move(grad), slab_spec);
+    auto& slot = grads_[in];
+    if (!slot) slot = ShardedTensor::zeros(primal.mesh(), full, primal.global_shape(), primal.dtype());
+    // Dimension 0 may be split: only the ranks whose block holds `index` add the slab.
+    const std::int64_t begin = slot->block_offsets()[0];
+    const std::int64_t extent = slot->local().shape()[0];
+    if (index < begin || index >= begin + extent) return;
+    Shape one = grad.local().shape();
+    one.insert(one.begin(), 1);
+    std::vector<std::int64_t> at(slot->rank(), 0);
+    at[0] = index - begin;
+    add_block(slot->local(), grad.local().reshaped(one), at);
+  }
+
+  bool wants(int input) const override { return node_.inputs.at(input).requires_grad(); }
+
+ private:
+  std::unordered_map<Node*, std::optional<ShardedTensor>>& grads_;
+  const Node& node_;
+  const std::unordered_set<Node*>& keep_raw_;
+};
+
+}  // namespace
+
+std::vector<std::optional<ShardedTensor>> gradients(const Var& y, const ShardedTensor& seed, const std::vector<Var>& wrt,
+                                                    const GradOptions& options) {
+  if (seed.global_shape() != y.shape()) {
+    throw ShapeError("gradients: seed of shape " + shape_to_string(seed.global_shape()) + " for an output of shape " +
+                     shape_to_string(y.shape()));
+  }
+  std::vector<std::optional<ShardedTensor>> out(wrt.size());
+  if (!y.requires_grad()) return out;
+  // Topological order by iterative depth-first search (tapes of deep models overflow recursion).
+  std::vector<Node*> order;
+  std::unordered_set<Node*> visited;
+  std::vector<std::pair<Node*, std::size_t>> stack = {{y.node().get(), 0}};
+  visited.insert(y.node().get());
+  while (!stack.empty()) {
+    auto& [node, next] = stack.back();
+    if (next < node->inputs.size()) {
+      Node* in = node->inputs[next++].node().get();
+      if (in->requires_grad && visited.insert(in).second) stack.push_back({in, 0});
+    } else {
+      order.push_back(node);
+      stack.pop_back();
+    }
+  }
+  std::unordered_set<Node*> keep_raw;
+  if (!options.reduce_to_spec) {
+    for (const auto& v : wrt) keep_raw.insert(v.node().get());
+  }
+  std::unordered_map<Node*, std::optional<ShardedTensor>> grads;
+  accumulate(grads[y.node().get()], seed, keep_raw.count(y.node().get()) ? seed.spec() : cotangent_spec(y.value()));
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    Node* node = *it;
+    auto found = grads.find(node);
+    if (found == grads.end() || !found->second || !node->backward) continue;
+    ShardedTensor g = std::move(*found->second);
+    bool requested = std::any_of(wrt.begin(), wrt.end(), [&](const Var& v) { return v.node().get() == node; });
+    if (requested) found->second = g;  // keep a copy for the caller
+    else grads.erase(found);
+    Accumulator sink(grads, *node, keep_raw);
+    node->backward(g, sink);
+  }
+  for (std::size_t i = 0; i < wrt.size(); ++i) {
+    auto found = grads.find(wrt[i].node().get());
+    if (found != grads.end() && found->second) out[i] = *found->second;
+  }
+  return out;
+}
+
+std::vector<std::optional<ShardedTensor>> gradients(const Var& y, const std::vector<Var>& wrt,
+                                                    const GradOptions& options) {
+  Spec replicated = y.spec().without_partial();
+  auto seed = ShardedTensor::from_fn(
+      y.mesh(), replicated, y.shape(), y.dtype(), [](std::int64_t) { return 1.0; }, "seed");
+  return gradients(y, seed, wrt, options);
+}
+
+}  // namespace tessera::nn

@@ -1,0 +1,121 @@
+// The tutorial's layers: declarations (paths, shapes, partitioning) and global-view forwards.
+#include "nn/layers.h"
+
+#include "core/error.h"
+#include "nn/einsum.h"
+#include "nn/ops.h"
+
+namespace tessera::nn {
+
+namespace {
+
+Spec parse(const char* text) { return parse_spec(text); }
+
+std::int64_t last_dim(const Shape& input, const char* layer) {
+  if (input.size() != 2) throw ShapeError(std::string(layer) + ": expects a [batch, features] input, got " + shape_to_string(input));
+  return input[1];
+}
+
+}  // namespace
+
+Rules tutorial_rules() { return {{"batch", {"data"}}, {"hidden", {"model"}}}; }
+
+void Dense::declare(const ParamDecl& decl, const Shape& input) const {
+  const std::int64_t in = last_dim(input, "Dense");
+  decl.param("kernel", {in, features}, kernel_init, kernel_partitioning);
+  if (use_bias) decl.param("bias", {features}, initializers::zeros(), Partitioning{});
+}
+
+Var Dense::apply(const ParamView& params, const Var& x) const {
+  Var y = einsum("bd,dh->bh", x, params.get("kernel"));
+  if (use_bias) y = add(y, params.get("bias"));
+  return y;
+}
+
+void DotReluDot::declare(const ParamDecl& decl, const Shape& input) const {
+  const std::int64_t in = last_dim(input, "DotReluDot");
+  Dense dense{depth, false, init,
+              logical ? Partitioning::with_logical_partitioning({"embed", "hidden"})
+                      : Partitioning::with_partitioning(parse("P(None, model)"))};
+  dense.declare(decl.child("Dense_0"), input);
+  decl.param("W2", {depth, in}, init,
+             logical ? Partitioning::with_logical_partitioning({"hidden", "embed"})
+                     : Partitioning::with_partitioning(parse("P(model, None)")));
+}
+
+Var DotReluDot::apply_weights(const ApplyContext& ctx, const Var& x, const Var& w1, const Var& w2) const {
+  Var y = relu(einsum("bd,dh->bh", x, w1));
+  y = logical ? with_logical_constraint(y, {"batch", "hidden"}, ctx.rules)
+              : with_sharding_constraint(y, parse("P(data, model)"));
+  Var z = einsum("bh,hd->bd", y, w2);
+  z = logical ? with_logical_constraint(z, {"batch", "embed"}, ctx.rules)
+              : with_sharding_constraint(z, parse("P(data, None)"));
+  return z;
+}
+
+Var DotReluDot::apply(const ParamView& params, const ApplyContext& ctx, const Var& x) const {
+  return apply_weights(ctx, x, params.child("Dense_0").get("kernel"), params.get("W2"));
+}
+
+void MLP::declare(const ParamDecl& decl, const Shape& input) const {
+  const std::int64_t in = last_dim(input, "MLP");
+  if (!scan) {
+    for (int i = 0; i < num_layers; ++i) layer().declare(decl.child("DotReluDot_" + std::to_string(i)), input);
+    return;
+  }
+  // nn.scan with variable_axes {params: 0}: every parameter gains a leading layer dimension,
+  // unsplit (metadata_params {PARTITION_NAME: None}; "layer" for logical names). Fans are
+  // per layer, as each layer of flax's scan is initialised on its own.
+  const ParamDecl scan_decl = decl.child("ScanDotReluDot_0");
+  const Initializer per_layer = init.with_batch_axes(1);
+  const std::int64_t L = num_layers;
+  scan_decl.child("Dense_0").param("kernel", {L, in, depth}, per_layer,
+                                   logical ? Partitioning::with_logical_partitioning({"layer", "embed", "hidden"})
+                                           : Partitioning::with_partitioning(parse("P(None, None, model)")));
+  scan_decl.param("W2", {L, depth, in}, per_layer,
+                  logical ? Partitioning::with_logical_partitioning({"layer", "hidden", "embed"})
+                          : Partitioning::with_partitioning(parse("P(None, model, None)")));
+}
+
+Var MLP::apply(const ParamView& params, const ApplyContext& ctx, const Var& x) const {
+  Var h = x;
+  if (!scan) {
+    for (int i = 0; i < num_layers; ++i) h = layer().apply(params.child("DotReluDot_" + std::to_string(i)), ctx, h);
+    return h;
+  }
+  const ParamView p = params.child("ScanDotReluDot_0");
+  const Var& w1 = p.child("Dense_0").get("kernel");
+  const Var& w2 = p.get("W2");
+  for (int i = 0; i < num_layers; ++i) h = layer().apply_weights(ctx, h, take_layer(w1, i), take_layer(w2, i));
+  return h;
+}
+
+ParamTree stack_loop_params(const ParamTree& loop, int num_layers, const Mesh& mesh) {
+  ParamTree out;
+  for (const auto& [suffix, stacked_path] : {std::pair<std::string, std::string>{"Dense_0/kernel", "ScanDotReluDot_0/Dense_0/kernel"},
+                                             {"W2", "ScanDotReluDot_0/W2"}}) {
+    std::vector<Tensor> layers;
+    Spec layer_spec;
+    for (int i = 0; i < num_layers; ++i) {
+      const ShardedTensor& w = loop.at("DotReluDot_" + std::to_string(i) + "/" + suffix);
+      layers.push_back(w.to_global());
+      layer_spec = w.spec();
+    }
+    Shape shape = layers[0].shape();
+    shape.insert(shape.begin(), num_layers);
+    Tensor global(shape, layers[0].dtype());
+    for (int i = 0; i < num_layers; ++i) {
+      Shape one = layers[i].shape();
+      one.insert(one.begin(), 1);
+      std::vector<std::int64_t> at(shape.size(), 0);
+      at[0] = i;
+      insert_block(global, layers[i].reshaped(one), at);
+    }
+    Spec spec = layer_spec;
+    spec.dims.insert(spec.dims.begin(), Axes{});
+    out.emplace(stacked_path, ShardedTensor::from_global(mesh, spec, global, stacked_path));
+  }
+  return out;
+}
+
+}  // namespace tessera::nn

@@ -1,0 +1,69 @@
+// The layers of the Flax sharding tutorial, written against global shapes:
+//   Dense        kernel (in, features)
+//   DotReluDot   y = relu(x @ W1) constrained (data, model); z = y @ W2 constrained (data, None)
+//                W1 "Dense_0/kernel" (None, model), W2 "W2" (model, None)
+//   MLP          num_layers DotReluDots as a loop ("DotReluDot_<i>/...") or stacked with a
+//                leading layer dimension run by a scan ("ScanDotReluDot_0/...", spec (None, ...))
+// With `logical`, the same layers carry logical names (embed, hidden; batch for activations;
+// layer for the stack dimension) and resolve them with the rules given at declaration and apply.
+#pragma once
+
+#include <string>
+
+#include "core/init.h"
+#include "core/rules.h"
+#include "nn/params.h"
+
+namespace tessera::nn {
+
+// What a module's apply needs besides the parameters.
+struct ApplyContext {
+  Rules rules;  // used by logical constraints
+};
+
+struct Dense {
+  std::int64_t features = 0;
+  bool use_bias = false;
+  Initializer kernel_init = initializers::lecun_normal();
+  Partitioning kernel_partitioning;
+  void declare(const ParamDecl& decl, const Shape& input) const;
+  Var apply(const ParamView& params, const Var& x) const;
+};
+
+struct DotReluDot {
+  std::int64_t depth = 0;
+  Initializer init = initializers::xavier_normal();
+  bool logical = false;
+  void declare(const ParamDecl& decl, const Shape& input) const;
+  Var apply(const ParamView& params, const ApplyContext& ctx, const Var& x) const;
+  // One layer given its weights (shared by the loop and the scan).
+  Var apply_weights(const ApplyContext& ctx, const Var& x, const Var& w1, const Var& w2) const;
+};
+
+struct MLP {
+  int num_layers = 4;
+  std::int64_t depth = 1024;
+  bool scan = false;
+  bool logical = false;
+  Initializer init = initializers::xavier_normal();
+  void declare(const ParamDecl& decl, const Shape& input) const;
+  Var apply(const ParamView& params, const ApplyContext& ctx, const Var& x) const;
+  DotReluDot layer() const { return DotReluDot{depth, init, logical}; }
+};
+
+// The tutorial's rules: batch -> data, hidden -> model.
+Rules tutorial_rules();
+
+// Abstract init of a model on inputs of `input` shape: shapes and specs, nothing allocated.
+template <class Module>
+ParamInfos abstract_init(const Module& module, const MeshShape& mesh, const Rules& rules, const Shape& input) {
+  ParamDecl decl(mesh, rules);
+  module.declare(decl, input);
+  return decl.infos();
+}
+
+// The stacked parameters of an MLP with scan, built from the loop MLP's parameters (layer i of
+// the stack is DotReluDot_i's), for comparing the two forms.
+ParamTree stack_loop_params(const ParamTree& loop, int num_layers, const Mesh& mesh);
+
+}  // namespace tessera::nn

@@ -1,0 +1,44 @@
+// Optimizers with optax's semantics. State is sharded like its parameter (same spec), so every
+// update is local: no communication.
+//   adam:  mu = b1 mu + (1-b1) g;  nu = b2 nu + (1-b2) g^2;  count += 1
+//          p -= lr * (mu / (1-b1^count)) / (sqrt(nu / (1-b2^count)) + eps)   (eps outside the root)
+//   adamw: adam's step plus lr * weight_decay * p
+//   sgd:   with momentum m: trace = g + m * trace; p -= lr * trace (nesterov: g + m * trace)
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "nn/params.h"
+
+namespace tessera::nn {
+
+struct OptState {
+  std::int32_t count = 0;
+  ParamTree mu;  // Adam's first moment; SGD's momentum trace
+  ParamTree nu;  // Adam's second moment (empty for SGD)
+};
+
+struct Optimizer {
+  enum class Kind { adam, adamw, sgd };
+  Kind kind = Kind::adam;
+  double learning_rate = 1e-3;
+  double b1 = 0.9;
+  double b2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;  // adamw
+  double momentum = 0.0;      // sgd
+  bool nesterov = false;      // sgd
+
+  OptState init(const ParamTree& params) const;
+  // params and state updated in place from grads (each grad in its parameter's spec).
+  void update(ParamTree& params, const ParamTree& grads, OptState& state) const;
+  std::string to_string() const;
+};
+
+Optimizer adam(double learning_rate, double b1 = 0.9, double b2 = 0.999, double eps = 1e-8);
+Optimizer adamw(double learning_rate, double weight_decay = 1e-4, double b1 = 0.9, double b2 = 0.999,
+                double eps = 1e-8);
+Optimizer sgd(double learning_rate, double momentum = 0.0, bool nesterov = false);
+
+}  // namespace tessera::nn

@@ -1,0 +1,28 @@
+// Propagation helpers shared by einsum and the elementwise ops.
+#include "nn/propagation.h"
+
+#include "collectives/reshard.h"
+#include "core/error.h"
+
+namespace tessera::nn {
+
+std::int64_t reshard_bytes(const ShardedTensor& x, const Spec& target) {
+  return plan_reshard(x.mesh().shape(), x.spec(), target, x.global_shape(), x.dtype()).bytes_per_rank();
+}
+
+ShardedTensor resolve_partial(const ShardedTensor& x) {
+  return x.spec().is_partial() ? reshard(x, x.spec().without_partial()) : x;
+}
+
+ShardedTensor to_spec(const ShardedTensor& x, const Spec& target) {
+  return x.spec() == target ? x : reshard(x, target);
+}
+
+void check_same_mesh(const ShardedTensor& a, const ShardedTensor& b, std::string_view op) {
+  if (!(a.mesh() == b.mesh())) {
+    throw MeshError(std::string(op) + ": operands '" + a.name() + "' on " + a.mesh().to_string() + " and '" + b.name() +
+                    "' on " + b.mesh().to_string() + " live on different meshes");
+  }
+}
+
+}  // namespace tessera::nn

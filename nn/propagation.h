@@ -1,0 +1,20 @@
+// Shared rules of sharding propagation: resolving partial operands and choosing which operand
+// to reshard when two disagree (the one whose reshard moves fewer bytes).
+#pragma once
+
+#include <cstdint>
+
+#include "mesh/sharded_tensor.h"
+
+namespace tessera::nn {
+
+// Bytes per rank that reshard(x, target) moves, from the planner (no communication).
+std::int64_t reshard_bytes(const ShardedTensor& x, const Spec& target);
+// x with its partial axes summed away (one reduction), or x itself when it has none.
+ShardedTensor resolve_partial(const ShardedTensor& x);
+// x resharded to `target` unless it is there already (no copy of the data then).
+ShardedTensor to_spec(const ShardedTensor& x, const Spec& target);
+// Throws MeshError unless a and b live on the same mesh; `op` names the op in the message.
+void check_same_mesh(const ShardedTensor& a, const ShardedTensor& b, std::string_view op);
+
+}  // namespace tessera::nn

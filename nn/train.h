@@ -1,0 +1,52 @@
+// TrainState and the SPMD train and inference steps. Every rank runs the same step on its own
+// blocks; gradients come back in their parameters' specs through reshard alone.
+#pragma once
+
+#include <functional>
+#include <optional>
+
+#include "nn/optim.h"
+#include "nn/params.h"
+
+namespace tessera::nn {
+
+struct TrainState {
+  std::int64_t step = 0;
+  ParamTree params;
+  OptState opt_state;
+};
+
+TrainState create_train_state(ParamTree params, const Optimizer& optimizer);
+
+struct Batch {
+  ShardedTensor x;
+  std::optional<ShardedTensor> y;  // targets or labels, when the loss needs them
+};
+
+// The loss of a batch (or microbatch) given the parameters as variables.
+using LossFn = std::function<Var(const VarTree& params, const Batch& batch)>;
+
+struct StepOptions {
+  // k serial microbatches with gradient accumulation (xmap's SerialLoop): each rank splits its
+  // block of the batch's leading dimension in k; activation memory drops by k.
+  int microbatches = 1;
+  // How microbatch losses combine: a sum loss adds, a mean loss averages.
+  enum class Reduction { sum, mean } reduction = Reduction::mean;
+};
+
+// Value and gradients of the loss, gradients in their parameters' specs.
+struct LossAndGrads {
+  double loss = 0;
+  ParamTree grads;
+};
+LossAndGrads value_and_grad(const ParamTree& params, const LossFn& loss_fn, const Batch& batch,
+                            const StepOptions& options = {});
+
+// One optimizer step; returns the loss of the batch (before the update).
+double train_step(TrainState& state, const Optimizer& optimizer, const LossFn& loss_fn, const Batch& batch,
+                  const StepOptions& options = {});
+
+// Microbatch `index` of `count`: each rank's block of dimension 0 split in `count` equal parts.
+ShardedTensor microbatch(const ShardedTensor& x, int index, int count);
+
+}  // namespace tessera::nn

@@ -1,0 +1,83 @@
+// Reverse-mode autodiff over global-view ops. A Var is a sharded value and, when it depends on
+// a parameter, the node that made it: the op's inputs and a backward function that turns the
+// output's cotangent into the inputs' cotangents. Cotangents are global values too; each one is
+// resharded to its primal's spec (without partial axes) as it is accumulated, so that partial
+// contributions are resolved by reshard and never by collectives written in an op or a layer.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mesh/sharded_tensor.h"
+
+namespace tessera::nn {
+
+class GradSink;
+struct Node;
+
+class Var {
+ public:
+  Var() = default;
+  // A leaf: a constant (requires_grad = false) or a variable to differentiate against.
+  explicit Var(ShardedTensor value, bool requires_grad = false);
+
+  const ShardedTensor& value() const;
+  const Spec& spec() const { return value().spec(); }
+  const Shape& shape() const { return value().global_shape(); }
+  const Mesh& mesh() const { return value().mesh(); }
+  DType dtype() const { return value().dtype(); }
+  int rank() const { return value().rank(); }
+  bool requires_grad() const;
+  bool defined() const { return node_ != nullptr; }
+  const std::shared_ptr<Node>& node() const { return node_; }
+
+ private:
+  friend Var make_result(std::string op, ShardedTensor value, std::vector<Var> inputs,
+                         std::function<void(const ShardedTensor&, GradSink&)> backward);
+  std::shared_ptr<Node> node_;
+};
+
+using Backward = std::function<void(const ShardedTensor& grad, GradSink& sink)>;
+
+struct Node {
+  ShardedTensor value;
+  bool requires_grad = false;
+  std::string op;  // "leaf", "einsum", ... (for messages)
+  std::vector<Var> inputs;
+  Backward backward;
+};
+
+// The result of an op. When no input requires a gradient the tape keeps nothing.
+Var make_result(std::string op, ShardedTensor value, std::vector<Var> inputs, Backward backward);
+
+// Where an op's backward puts its inputs' cotangents.
+class GradSink {
+ public:
+  virtual ~GradSink() = default;
+  // The cotangent of inputs[input] (any spec; it is resharded to the input's spec).
+  virtual void add(int input, ShardedTensor grad) = 0;
+  // The cotangent of inputs[input] restricted to index `index` of its dimension 0 (for ops that
+  // take one layer of a stacked parameter): `grad` has the input's shape without dimension 0.
+  virtual void add_slab(int input, std::int64_t index, ShardedTensor grad) = 0;
+  // Whether inputs[input] needs a cotangent at all.
+  virtual bool wants(int input) const = 0;
+};
+
+struct GradOptions {
+  // Reshard each requested gradient to its variable's spec (true), or hand back the cotangent
+  // as accumulated, possibly partial (false: for summing microbatches before one reduction).
+  bool reduce_to_spec = true;
+};
+
+// Cotangents of `wrt` for the output `y` seeded with `seed` (same shape as y). Entries are
+// nullopt for variables y does not depend on.
+std::vector<std::optional<ShardedTensor>> gradients(const Var& y, const ShardedTensor& seed, const std::vector<Var>& wrt,
+                                                    const GradOptions& options = {});
+// Gradients of a scalar y (seed 1).
+std::vector<std::optional<ShardedTensor>> gradients(const Var& y, const std::vector<Var>& wrt,
+                                                    const GradOptions& options = {});
+
+}  // namespace tessera::nn

@@ -1,0 +1,63 @@
+// The ops under test, each as a function of its inputs to a scalar, with the inputs' shapes.
+// Shared by the finite-difference check (one rank, f64) and the every-mesh comparison.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "nn/einsum.h"
+#include "nn/ops.h"
+
+namespace tessera::nn::testing_ops {
+
+struct OpCase {
+  std::string name;
+  std::vector<Shape> shapes;
+  std::function<Var(const std::vector<Var>&)> fn;  // returns a scalar
+  bool positive_inputs = false;                    // for log and div
+};
+
+// A fixed weighting so that every output element matters to the scalar: sum(y * w).
+inline Var weigh(const Var& y) {
+  const Shape& s = y.shape();
+  ShardedTensor w = ShardedTensor::from_fn(
+      y.mesh(), y.spec().without_partial(), s, y.dtype(),
+      [](std::int64_t i) { return 0.5 + 0.25 * static_cast<double>((i * 37) % 11); }, "weights");
+  return sum(mul(y, Var(w)));
+}
+
+inline std::vector<OpCase> op_cases() {
+  return {
+      {"einsum_matmul", {{4, 6}, {6, 8}}, [](auto& v) { return weigh(einsum("bd,dh->bh", v[0], v[1])); }},
+      {"einsum_transposed", {{6, 4}, {8, 6}}, [](auto& v) { return weigh(einsum("db,hd->bh", v[0], v[1])); }},
+      {"einsum_batched", {{2, 4, 6}, {2, 6, 4}}, [](auto& v) { return weigh(einsum("lbd,ldh->lhb", v[0], v[1])); }},
+      {"einsum_outer", {{4}, {8}}, [](auto& v) { return weigh(einsum("a,b->ab", v[0], v[1])); }},
+      {"add", {{4, 8}, {4, 8}}, [](auto& v) { return weigh(add(v[0], v[1])); }},
+      {"add_broadcast", {{4, 8}, {8}}, [](auto& v) { return weigh(add(v[0], v[1])); }},
+      {"sub", {{4, 8}, {4, 8}}, [](auto& v) { return weigh(sub(v[0], v[1])); }},
+      {"mul", {{4, 8}, {4, 8}}, [](auto& v) { return weigh(mul(v[0], v[1])); }},
+      {"mul_broadcast", {{4, 8}, {4, 1}}, [](auto& v) { return weigh(mul(v[0], v[1])); }},
+      {"div", {{4, 8}, {4, 8}}, [](auto& v) { return weigh(div(v[0], v[1])); }, true},
+      {"relu", {{4, 8}}, [](auto& v) { return weigh(relu(v[0])); }},
+      {"neg", {{4, 8}}, [](auto& v) { return weigh(neg(v[0])); }},
+      {"exp", {{4, 8}}, [](auto& v) { return weigh(exp(v[0])); }},
+      {"log", {{4, 8}}, [](auto& v) { return weigh(log(v[0])); }, true},
+      {"square", {{4, 8}}, [](auto& v) { return weigh(square(v[0])); }},
+      {"tanh", {{4, 8}}, [](auto& v) { return weigh(tanh(v[0])); }},
+      {"scale", {{4, 8}}, [](auto& v) { return weigh(scale(v[0], -1.5)); }},
+      {"sum_dim0", {{4, 8}}, [](auto& v) { return weigh(sum(v[0], {0})); }},
+      {"sum_dim1_keepdims", {{4, 8}}, [](auto& v) { return weigh(sum(v[0], {1}, true)); }},
+      {"mean_all", {{4, 8}}, [](auto& v) { return mean(square(v[0])); }},
+      {"log_softmax", {{4, 8}}, [](auto& v) { return weigh(log_softmax(v[0])); }},
+      {"take_layer", {{4, 4, 8}}, [](auto& v) { return weigh(mul(take_layer(v[0], 1), take_layer(v[0], 3))); }},
+      {"sum_loss", {{4, 8}}, [](auto& v) { return sum_loss(mul(v[0], v[0])); }},
+      {"mse_loss", {{4, 8}, {4, 8}}, [](auto& v) { return mse_loss(v[0], v[1]); }},
+      {"softmax_cross_entropy", {{4, 8}, {4, 8}}, [](auto& v) { return softmax_cross_entropy(v[0], exp(v[1])); }},
+      {"reshard_roundtrip", {{4, 8}}, [](auto& v) {
+         return weigh(square(reshard(reshard(v[0], parse_spec("P()")), v[0].spec().without_partial())));
+       }},
+  };
+}
+
+}  // namespace tessera::nn::testing_ops
