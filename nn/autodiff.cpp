@@ -146,7 +146,7 @@ std::vector<std::optional<ShardedTensor>> gradients(const Var& y, const ShardedT
   }
   for (std::size_t i = 0; i < wrt.size(); ++i) {
     auto found = grads.find(wrt[i].node().get());
-    if (found != grads.end() && found->second) out[i] = *found->second;
+    if (found != grads.end() && found->second) out[i] = std::move(*found->second);
   }
   return out;
 }

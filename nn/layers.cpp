@@ -11,6 +11,13 @@ namespace {
 
 Spec parse(const char* text) { return parse_spec(text); }
 
+// A layer's spec with the unsplit leading layer dimension of the stack.
+Spec stacked(const Spec& layer) {
+  Spec s = layer.padded(2);
+  s.dims.insert(s.dims.begin(), Axes{});
+  return s;
+}
+
 std::int64_t last_dim(const Shape& input, const char* layer) {
   if (input.size() != 2) throw ShapeError(std::string(layer) + ": expects a [batch, features] input, got " + shape_to_string(input));
   return input[1];
@@ -22,8 +29,8 @@ Rules tutorial_rules() { return {{"batch", {"data"}}, {"hidden", {"model"}}}; }
 
 void Dense::declare(const ParamDecl& decl, const Shape& input) const {
   const std::int64_t in = last_dim(input, "Dense");
-  decl.param("kernel", {in, features}, kernel_init, kernel_partitioning);
-  if (use_bias) decl.param("bias", {features}, initializers::zeros(), Partitioning{});
+  decl.param("kernel", {in, features}, kernel_init, kernel_partitioning, dtype);
+  if (use_bias) decl.param("bias", {features}, initializers::zeros(), Partitioning{}, dtype);
 }
 
 Var Dense::apply(const ParamView& params, const Var& x) const {
@@ -36,11 +43,13 @@ void DotReluDot::declare(const ParamDecl& decl, const Shape& input) const {
   const std::int64_t in = last_dim(input, "DotReluDot");
   Dense dense{depth, false, init,
               logical ? Partitioning::with_logical_partitioning({"embed", "hidden"})
-                      : Partitioning::with_partitioning(parse("P(None, model)"))};
+                      : Partitioning::with_partitioning(w1_spec),
+              dtype};
   dense.declare(decl.child("Dense_0"), input);
   decl.param("W2", {depth, in}, init,
              logical ? Partitioning::with_logical_partitioning({"hidden", "embed"})
-                     : Partitioning::with_partitioning(parse("P(model, None)")));
+                     : Partitioning::with_partitioning(w2_spec),
+             dtype);
 }
 
 Var DotReluDot::apply_weights(const ApplyContext& ctx, const Var& x, const Var& w1, const Var& w2) const {
@@ -71,10 +80,12 @@ void MLP::declare(const ParamDecl& decl, const Shape& input) const {
   const std::int64_t L = num_layers;
   scan_decl.child("Dense_0").param("kernel", {L, in, depth}, per_layer,
                                    logical ? Partitioning::with_logical_partitioning({"layer", "embed", "hidden"})
-                                           : Partitioning::with_partitioning(parse("P(None, None, model)")));
+                                           : Partitioning::with_partitioning(stacked(w1_spec)),
+                                   dtype);
   scan_decl.param("W2", {L, depth, in}, per_layer,
                   logical ? Partitioning::with_logical_partitioning({"layer", "hidden", "embed"})
-                          : Partitioning::with_partitioning(parse("P(None, model, None)")));
+                          : Partitioning::with_partitioning(stacked(w2_spec)),
+                  dtype);
 }
 
 Var MLP::apply(const ParamView& params, const ApplyContext& ctx, const Var& x) const {

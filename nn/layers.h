@@ -26,6 +26,7 @@ struct Dense {
   bool use_bias = false;
   Initializer kernel_init = initializers::lecun_normal();
   Partitioning kernel_partitioning;
+  DType dtype = DType::f32;
   void declare(const ParamDecl& decl, const Shape& input) const;
   Var apply(const ParamView& params, const Var& x) const;
 };
@@ -34,6 +35,11 @@ struct DotReluDot {
   std::int64_t depth = 0;
   Initializer init = initializers::xavier_normal();
   bool logical = false;
+  // The physical specs of the tutorial; other choices (FSDP: W1 P(data, model)) change only
+  // where the data lives, never the numbers.
+  Spec w1_spec = parse_spec("P(None, model)");
+  Spec w2_spec = parse_spec("P(model, None)");
+  DType dtype = DType::f32;
   void declare(const ParamDecl& decl, const Shape& input) const;
   Var apply(const ParamView& params, const ApplyContext& ctx, const Var& x) const;
   // One layer given its weights (shared by the loop and the scan).
@@ -46,9 +52,12 @@ struct MLP {
   bool scan = false;
   bool logical = false;
   Initializer init = initializers::xavier_normal();
+  Spec w1_spec = parse_spec("P(None, model)");
+  Spec w2_spec = parse_spec("P(model, None)");
+  DType dtype = DType::f32;
   void declare(const ParamDecl& decl, const Shape& input) const;
   Var apply(const ParamView& params, const ApplyContext& ctx, const Var& x) const;
-  DotReluDot layer() const { return DotReluDot{depth, init, logical}; }
+  DotReluDot layer() const { return DotReluDot{depth, init, logical, w1_spec, w2_spec, dtype}; }
 };
 
 // The tutorial's rules: batch -> data, hidden -> model.

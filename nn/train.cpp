@@ -33,11 +33,44 @@ ShardedTensor microbatch(const ShardedTensor& x, int index, int count) {
   return ShardedTensor(x.mesh(), x.spec(), global, extract_block(x.local(), at, block), x.name());
 }
 
+namespace {
+
+// Lends the parameters to the tape as variables without copying them, and takes them back when
+// the step is done (also when it throws).
+class LentParams {
+ public:
+  explicit LentParams(ParamTree& params) : params_(params) {
+    for (auto& [path, value] : params_) vars_.emplace(path, Var(std::move(value), true));
+  }
+  ~LentParams() {
+    for (auto& [path, var] : vars_) params_[path] = std::move(var.node()->value);
+  }
+  const VarTree& vars() const { return vars_; }
+
+ private:
+  ParamTree& params_;
+  VarTree vars_;
+};
+
+LossAndGrads value_and_grad_lent(ParamTree& params, const LossFn& loss_fn, const Batch& batch,
+                                 const StepOptions& options);
+
+}  // namespace
+
 LossAndGrads value_and_grad(const ParamTree& params, const LossFn& loss_fn, const Batch& batch,
                             const StepOptions& options) {
+  ParamTree copy = params;
+  return value_and_grad_lent(copy, loss_fn, batch, options);
+}
+
+namespace {
+
+LossAndGrads value_and_grad_lent(ParamTree& params, const LossFn& loss_fn, const Batch& batch,
+                                 const StepOptions& options) {
   const int k = options.microbatches;
   if (k < 1) throw UsageError("microbatches must be >= 1, got " + std::to_string(k));
-  VarTree vars = as_vars(params, true);
+  LentParams lent(params);
+  const VarTree& vars = lent.vars();
   std::vector<Var> leaves;
   for (const auto& [path, v] : vars) leaves.push_back(v);
   std::vector<std::optional<ShardedTensor>> accumulated(leaves.size());
@@ -61,7 +94,8 @@ LossAndGrads value_and_grad(const ParamTree& params, const LossFn& loss_fn, cons
   const double weight = options.reduction == StepOptions::Reduction::mean ? 1.0 / k : 1.0;
   LossAndGrads out;
   std::size_t j = 0;
-  for (const auto& [path, p] : params) {
+  for (const auto& [path, var] : vars) {
+    const ShardedTensor& p = var.value();
     ShardedTensor g = accumulated[j] ? std::move(*accumulated[j])
                                      : ShardedTensor::zeros(p.mesh(), p.spec(), p.global_shape(), p.dtype());
     // The one reduction of each gradient: partial contributions resolved by reshard.
@@ -75,9 +109,11 @@ LossAndGrads value_and_grad(const ParamTree& params, const LossFn& loss_fn, cons
   return out;
 }
 
+}  // namespace
+
 double train_step(TrainState& state, const Optimizer& optimizer, const LossFn& loss_fn, const Batch& batch,
                   const StepOptions& options) {
-  LossAndGrads lg = value_and_grad(state.params, loss_fn, batch, options);
+  LossAndGrads lg = value_and_grad_lent(state.params, loss_fn, batch, options);
   optimizer.update(state.params, lg.grads, state.opt_state);
   state.step += 1;
   return lg.loss;
