@@ -60,12 +60,12 @@ std::vector<std::int64_t> row_major_strides(const Shape& shape) {
 
 void Tensor::Free::operator()(std::byte* p) const noexcept { std::free(p); }
 
-std::unique_ptr<std::byte[], Tensor::Free> Tensor::allocate(std::size_t bytes) {
+std::unique_ptr<std::byte[], Tensor::Free> Tensor::allocate(std::size_t bytes, bool zero) {
   constexpr std::size_t alignment = 64;
   std::size_t rounded = std::max<std::size_t>(alignment, (bytes + alignment - 1) / alignment * alignment);
   auto* p = static_cast<std::byte*>(std::aligned_alloc(alignment, rounded));
   if (p == nullptr) throw Error("Tensor: cannot allocate " + std::to_string(bytes) + " bytes");
-  std::memset(p, 0, rounded);
+  if (zero) std::memset(p, 0, rounded);
   return std::unique_ptr<std::byte[], Free>(p);
 }
 
@@ -79,8 +79,20 @@ Tensor::Tensor(Shape shape, DType dtype) : dtype_(dtype), shape_(std::move(shape
   data_ = allocate(nbytes());
 }
 
+Tensor Tensor::empty(Shape shape, DType dtype) {
+  Tensor t;
+  for (auto d : shape) {
+    if (d < 0) throw ShapeError("Tensor: negative extent in shape " + shape_to_string(shape));
+  }
+  t.dtype_ = dtype;
+  t.numel_ = tessera::numel(shape);
+  t.shape_ = std::move(shape);
+  t.data_ = allocate(t.nbytes(), /*zero=*/false);
+  return t;
+}
+
 Tensor::Tensor(const Tensor& other)
-    : dtype_(other.dtype_), shape_(other.shape_), numel_(other.numel_), data_(allocate(other.nbytes())) {
+    : dtype_(other.dtype_), shape_(other.shape_), numel_(other.numel_), data_(allocate(other.nbytes(), false)) {
   if (nbytes() > 0) std::memcpy(data_.get(), other.data_.get(), nbytes());
 }
 

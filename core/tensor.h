@@ -28,6 +28,9 @@ class Tensor {
   ~Tensor() = default;
 
   static Tensor zeros(Shape shape, DType dtype = DType::f32) { return Tensor(std::move(shape), dtype); }
+  // Storage left uninitialised, for outputs that are overwritten whole (collectives, copies):
+  // skips the zero fill that doubles the cost of a large fresh allocation.
+  static Tensor empty(Shape shape, DType dtype = DType::f32);
   template <class T>
   static Tensor from_vector(Shape shape, const std::vector<T>& values);
   // A tensor of `shape` filled with `value` (converted to dtype).
@@ -78,7 +81,7 @@ class Tensor {
     void operator()(std::byte* p) const noexcept;
   };
   void check_dtype(DType requested) const;
-  static std::unique_ptr<std::byte[], Free> allocate(std::size_t bytes);
+  static std::unique_ptr<std::byte[], Free> allocate(std::size_t bytes, bool zero = true);
 
   DType dtype_ = DType::f32;
   Shape shape_;

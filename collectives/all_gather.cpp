@@ -1,0 +1,55 @@
+// all_gather: MPI_Allgather on the axes communicator. The outermost dimension receives straight
+// into the result; an inner one receives through a strided datatype (or a memcpy unpack).
+#include <vector>
+
+#include "collectives/collectives.h"
+#include "collectives/layout.h"
+#include "mesh/mpi_check.h"
+
+namespace tessera {
+
+using detail::BlockLayout;
+
+Tensor all_gather(const Mesh& mesh, const Tensor& local, const Axes& axes, int dim) {
+  const Communicator& comm = mesh.axes_comm(axes);
+  const int n = comm.size();
+  Shape out_shape = local.shape();
+  // Validates dim before any communication; the layout is that of the result.
+  detail::block_layout(local.shape(), local.dtype(), dim, 1, "all_gather");
+  out_shape[dim] *= n;
+  const BlockLayout layout = detail::block_layout(out_shape, local.dtype(), dim, n, "all_gather");
+  const std::int64_t bytes = static_cast<std::int64_t>(local.nbytes());
+  CommStats::global().record({"all_gather", axes, dim, (n - 1) * bytes});
+  if (n == 1) return local;
+  Tensor out = Tensor::empty(out_shape, local.dtype());
+  if (bytes == 0) return out;
+  detail::Message send = detail::contiguous_message(bytes, "all_gather");
+  if (layout.consecutive()) {
+    check_mpi(MPI_Allgather(local.raw(), send.count, send.type.get(), out.raw(), send.count, send.type.get(),
+                            comm.handle()),
+              "MPI_Allgather (all_gather)");
+  } else if (detail::pack_method() == detail::PackMethod::datatype) {
+    detail::MpiType block = detail::strided_block_type(layout, "all_gather");
+    check_mpi(MPI_Allgather(local.raw(), send.count, send.type.get(), out.raw(), 1, block.get(), comm.handle()),
+              "MPI_Allgather (all_gather)");
+  } else {
+    Tensor packed = detail::scratch_buffer(static_cast<std::int64_t>(out.nbytes()));
+    check_mpi(MPI_Allgather(local.raw(), send.count, send.type.get(), packed.raw(), send.count, send.type.get(),
+                            comm.handle()),
+              "MPI_Allgather (all_gather)");
+    detail::unpack_blocks(packed.raw(), out.raw(), layout);
+  }
+  return out;
+}
+
+int axes_size(const Mesh& mesh, const Axes& axes) {
+  for (std::size_t i = 0; i < axes.size(); ++i) {
+    mesh.shape().axis_index(axes[i]);
+    for (std::size_t j = 0; j < i; ++j) {
+      if (axes[i] == axes[j]) throw SpecError("mesh axes: axis '" + axes[i] + "' appears twice");
+    }
+  }
+  return mesh.shape().axes_size(axes);
+}
+
+}  // namespace tessera

@@ -1,0 +1,67 @@
+// all_to_all: MPI_Alltoall on the axes communicator. Pieces of the split dimension go out
+// straight from the tensor when it is the outermost dimension, through a strided datatype (or a
+// memcpy pack) otherwise; likewise the received pieces land along the concat dimension.
+#include "collectives/collectives.h"
+#include "collectives/layout.h"
+#include "mesh/mpi_check.h"
+
+namespace tessera {
+
+Tensor all_to_all(const Mesh& mesh, const Tensor& local, const Axes& axes, int split_dim, int concat_dim) {
+  const Communicator& comm = mesh.axes_comm(axes);
+  const int n = comm.size();
+  const detail::BlockLayout send_layout =
+      detail::block_layout(local.shape(), local.dtype(), split_dim, n, "all_to_all (split dimension)");
+  detail::block_layout(local.shape(), local.dtype(), concat_dim, 1, "all_to_all (concat dimension)");
+  const std::int64_t bytes = static_cast<std::int64_t>(local.nbytes());
+  CommStats::global().record({"all_to_all", axes, split_dim, (n - 1) * (bytes / n)});
+  if (n == 1) return local;
+  Shape out_shape = local.shape();
+  out_shape[split_dim] /= n;
+  out_shape[concat_dim] *= n;
+  const detail::BlockLayout recv_layout = detail::block_layout(out_shape, local.dtype(), concat_dim, n, "all_to_all");
+  Tensor out = Tensor::empty(out_shape, local.dtype());
+  if (bytes == 0) return out;
+  const bool use_datatype = detail::pack_method() == detail::PackMethod::datatype;
+  detail::Message piece = detail::contiguous_message(bytes / n, "all_to_all");
+
+  // Send side: (buffer, count, type).
+  const void* send = local.raw();
+  int send_count = piece.count;
+  MPI_Datatype send_type = piece.type.get();
+  detail::MpiType send_block;
+  Tensor send_packed;
+  if (!send_layout.consecutive()) {
+    if (use_datatype) {
+      send_block = detail::strided_block_type(send_layout, "all_to_all");
+      send_count = 1;
+      send_type = send_block.get();
+    } else {
+      send_packed = detail::scratch_buffer(bytes);
+      detail::pack_blocks(local.raw(), send_packed.raw(), send_layout);
+      send = send_packed.raw();
+    }
+  }
+  // Receive side.
+  void* recv = out.raw();
+  int recv_count = piece.count;
+  MPI_Datatype recv_type = piece.type.get();
+  detail::MpiType recv_block;
+  Tensor recv_packed;
+  if (!recv_layout.consecutive()) {
+    if (use_datatype) {
+      recv_block = detail::strided_block_type(recv_layout, "all_to_all");
+      recv_count = 1;
+      recv_type = recv_block.get();
+    } else {
+      recv_packed = detail::scratch_buffer(bytes);
+      recv = recv_packed.raw();
+    }
+  }
+  check_mpi(MPI_Alltoall(send, send_count, send_type, recv, recv_count, recv_type, comm.handle()),
+            "MPI_Alltoall (all_to_all)");
+  if (!recv_layout.consecutive() && !use_datatype) detail::unpack_blocks(recv_packed.raw(), out.raw(), recv_layout);
+  return out;
+}
+
+}  // namespace tessera

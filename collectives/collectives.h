@@ -1,0 +1,54 @@
+// Local-view collectives: each takes this rank's block and an ordered subset of mesh axes and
+// runs one MPI collective on Mesh::axes_comm(axes), whose rank order (mixed radix of the axes'
+// coordinates, first axis most significant) is the block order of a dimension split by those
+// axes. They are what reshard is made of, and what shard_map's psum / all_gather / ... call.
+//
+// Every call is collective over axes_comm(axes): all ranks of it call it with the same axes,
+// dimensions and block shape. Every call appends one CommRecord (see comm_stats.h) to
+// CommStats::global(). Blocks move without packing when the dimension is the outermost one
+// (all dimensions before it have extent 1); inner dimensions move through strided MPI datatypes
+// (or memcpy packing, see layout.h). Errors (a dimension out of range, a size that does not
+// divide, a bad permutation) are ShapeError / SpecError raised before any communication.
+#pragma once
+
+#include <utility>
+#include <vector>
+
+#include "collectives/comm_stats.h"
+#include "core/spec.h"
+#include "core/tensor.h"
+#include "mesh/mesh.h"
+
+namespace tessera {
+
+// Concatenates the blocks of all ranks of axes_comm(axes) along `dim`, in rank order.
+// Result: local.shape with dim multiplied by n.
+Tensor all_gather(const Mesh& mesh, const Tensor& local, const Axes& axes, int dim);
+
+// Sums the blocks of all ranks, then keeps block axes_rank(axes) of n along `dim`.
+// local.shape[dim] must divide by n. Result: dim divided by n.
+Tensor reduce_scatter(const Mesh& mesh, const Tensor& local, const Axes& axes, int dim);
+
+// Splits `split_dim` into n pieces and sends piece k to rank k; the pieces received are
+// concatenated along `concat_dim` in rank order. Result: split_dim / n, concat_dim * n.
+Tensor all_to_all(const Mesh& mesh, const Tensor& local, const Axes& axes, int split_dim, int concat_dim);
+
+enum class ReduceOp { sum, max };
+// Elementwise sum (or max) over the ranks of axes_comm(axes); every rank gets the same bits.
+Tensor all_reduce(const Mesh& mesh, const Tensor& local, const Axes& axes, ReduceOp op = ReduceOp::sum);
+// In place: reuses the storage of `local`.
+Tensor all_reduce(const Mesh& mesh, Tensor&& local, const Axes& axes, ReduceOp op = ReduceOp::sum);
+
+// Every rank gets the block of the rank at position `root` of axes_comm(axes).
+Tensor broadcast(const Mesh& mesh, const Tensor& local, const Axes& axes, int root);
+
+// perm: pairs (source position, destination position) within axes_comm(axes), like
+// jax.lax.ppermute: each position is a source at most once and a destination at most once; a
+// rank that is no pair's destination gets zeros.
+Tensor permute(const Mesh& mesh, const Tensor& local, const Axes& axes, const std::vector<std::pair<int, int>>& perm);
+
+// The number of ranks of axes_comm(axes) (product of the axes' sizes); SpecError for an unknown
+// or repeated axis.
+int axes_size(const Mesh& mesh, const Axes& axes);
+
+}  // namespace tessera

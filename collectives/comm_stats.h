@@ -1,0 +1,78 @@
+// Byte counters of the collectives: every collective this rank calls appends one record of what
+// this rank sends, so tests and benchmarks can read the communication of any piece of code.
+//
+// Byte convention: the bytes this rank sends under the bandwidth-optimal algorithm of the
+// collective, with n = the product of the sizes of the collective's axes and B = the bytes of
+// this rank's input block (the same figures nccl-tests uses for its bus bandwidth):
+//   all_gather      (n - 1) * B
+//   reduce_scatter  (n - 1) * B / n
+//   all_to_all      (n - 1) * B / n
+//   all_reduce      2 * (n - 1) * B / n        (rounded down to a whole byte)
+//   broadcast       B on every rank when n > 1 (a pipelined chain forwards the whole message;
+//                   nccl-tests' bus factor 1)
+//   permute         B when this rank sends to another rank, 0 when it keeps its block or sends
+//                   nothing
+//   redistribute    the bytes of the pieces this rank sends to other ranks (reshard's general
+//                   relayout: every element moves at most once)
+// A collective over axes of total size 1 records 0 bytes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/spec.h"
+
+namespace tessera {
+
+struct CommRecord {
+  std::string op;     // "all_gather", "reduce_scatter", "all_to_all", "all_reduce", "broadcast",
+                      // "permute", "redistribute"
+  Axes axes;          // the mesh axes of the collective's communicator, in block order
+  int dim = -1;       // the tensor dimension (all_gather, reduce_scatter: the dimension;
+                      // all_to_all: the split dimension); -1 when none
+  std::int64_t bytes = 0;  // bytes this rank sends, by the convention above
+
+  bool operator==(const CommRecord&) const = default;
+};
+
+// "all_reduce over (data, model): 448 bytes"
+std::string to_string(const CommRecord& record);
+
+class CommStats {
+ public:
+  // The process-wide counters (one MPI rank per process).
+  static CommStats& global();
+
+  // Forgets every record; open CommScopes then see only records made after the reset.
+  void reset();
+  std::int64_t total_bytes() const;
+  const std::vector<CommRecord>& records() const { return records_; }
+  void record(CommRecord r);
+  // Incremented by reset(), so a scope can tell that its start index no longer applies.
+  std::uint64_t generation() const { return generation_; }
+
+ private:
+  std::vector<CommRecord> records_;
+  std::uint64_t generation_ = 0;
+};
+
+// RAII: the records made (on this rank) during its lifetime.
+//   CommScope scope; y = reshard(x, spec); scope.records(); scope.total_bytes();
+class CommScope {
+ public:
+  CommScope();
+  CommScope(const CommScope&) = delete;
+  CommScope& operator=(const CommScope&) = delete;
+
+  std::vector<CommRecord> records() const;
+  std::int64_t total_bytes() const;
+  // The number of records whose op is `op`.
+  int count(const std::string& op) const;
+
+ private:
+  std::size_t begin_ = 0;
+  std::uint64_t generation_ = 0;
+};
+
+}  // namespace tessera

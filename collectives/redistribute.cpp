@@ -1,0 +1,188 @@
+// General relayout between two specs with the same partial axes: box intersections of blocks,
+// one MPI_Alltoallv of the boxes.
+#include "collectives/redistribute.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "collectives/comm_stats.h"
+#include "collectives/layout.h"
+#include "mesh/mpi_check.h"
+
+namespace tessera::detail {
+
+std::int64_t Piece::numel() const { return tessera::numel(shape); }
+
+Axes relayout_axes(const MeshShape& mesh, const Spec& from, const Spec& to) {
+  Axes out;
+  for (const auto& axis : mesh.names()) {
+    if (from.dim_of(axis) >= 0 || to.dim_of(axis) >= 0) out.push_back(axis);
+  }
+  return out;
+}
+
+namespace {
+
+// The intersection of two boxes; false when empty.
+bool intersect(const std::vector<std::int64_t>& a_off, const Shape& a_shape, const std::vector<std::int64_t>& b_off,
+               const Shape& b_shape, std::vector<std::int64_t>* lo, Shape* extent) {
+  const std::size_t r = a_off.size();
+  lo->assign(r, 0);
+  extent->assign(r, 0);
+  for (std::size_t d = 0; d < r; ++d) {
+    std::int64_t begin = std::max(a_off[d], b_off[d]);
+    std::int64_t end = std::min(a_off[d] + a_shape[d], b_off[d] + b_shape[d]);
+    if (begin >= end) return false;
+    (*lo)[d] = begin;
+    (*extent)[d] = end - begin;
+  }
+  return true;
+}
+
+std::vector<std::int64_t> minus(const std::vector<std::int64_t>& a, const std::vector<std::int64_t>& b) {
+  std::vector<std::int64_t> out(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) out[i] = a[i] - b[i];
+  return out;
+}
+
+}  // namespace
+
+RelayoutPieces relayout_pieces(const MeshShape& mesh, const Spec& from, const Spec& to, const Shape& global,
+                               const std::vector<int>& coords) {
+  const Axes axes = relayout_axes(mesh, from, to);
+  std::vector<int> axis_index;
+  std::vector<int> from_replicated;  // mesh indices of relayout axes that `from` does not split
+  for (const auto& a : axes) {
+    axis_index.push_back(mesh.axis_index(a));
+    if (from.dim_of(a) < 0) from_replicated.push_back(mesh.axis_index(a));
+  }
+  const int group = mesh.axes_size(axes);
+  const Shape from_shape = local_shape(from, mesh, global);
+  const Shape to_shape = local_shape(to, mesh, global);
+  const auto my_from = block_offsets(from, mesh, global, coords);
+  const auto my_to = block_offsets(to, mesh, global, coords);
+  RelayoutPieces out;
+  std::vector<int> peer = coords;
+  std::vector<std::int64_t> lo;
+  Shape extent;
+  for (int p = 0; p < group; ++p) {
+    for (int i = static_cast<int>(axes.size()) - 1, rest = p; i >= 0; --i) {
+      const int size = mesh.sizes()[axis_index[i]];
+      peer[axis_index[i]] = rest % size;
+      rest /= size;
+    }
+    // The holder of a piece agrees with its receiver on the axes `from` replicates; the
+    // condition is symmetric, so it decides both directions.
+    bool holder = true;
+    for (int a : from_replicated) holder = holder && peer[a] == coords[a];
+    if (!holder) continue;
+    const auto peer_to = block_offsets(to, mesh, global, peer);
+    if (intersect(my_from, from_shape, peer_to, to_shape, &lo, &extent)) {
+      out.sends.push_back({p, minus(lo, my_from), minus(lo, peer_to), extent});
+    }
+    const auto peer_from = block_offsets(from, mesh, global, peer);
+    if (intersect(peer_from, from_shape, my_to, to_shape, &lo, &extent)) {
+      out.receives.push_back({p, minus(lo, peer_from), minus(lo, my_to), extent});
+    }
+  }
+  return out;
+}
+
+namespace {
+
+int position_in(const MeshShape& mesh, const Axes& axes, const std::vector<int>& coords) {
+  int p = 0;
+  for (const auto& a : axes) p = p * mesh.axis_size(a) + coords[mesh.axis_index(a)];
+  return p;
+}
+
+}  // namespace
+
+std::int64_t relayout_bytes_sent(const MeshShape& mesh, const Spec& from, const Spec& to, const Shape& global,
+                                 DType dtype, const std::vector<int>& coords) {
+  const int me = position_in(mesh, relayout_axes(mesh, from, to), coords);
+  std::int64_t elements = 0;
+  for (const auto& piece : relayout_pieces(mesh, from, to, global, coords).sends) {
+    if (piece.peer != me) elements += piece.numel();
+  }
+  return elements * static_cast<std::int64_t>(dtype_size(dtype));
+}
+
+bool relayout_is_permutation(const MeshShape& mesh, const Spec& from, const Spec& to, const Shape& global,
+                             std::vector<std::pair<int, int>>* pairs) {
+  const Shape from_shape = local_shape(from, mesh, global);
+  if (from_shape != local_shape(to, mesh, global)) return false;
+  const Axes axes = relayout_axes(mesh, from, to);
+  const std::int64_t whole = numel(from_shape);
+  pairs->clear();
+  // Every group of axes_comm(axes) moves alike: look at the one through coordinate 0 elsewhere.
+  std::vector<int> coords(mesh.ndim(), 0);
+  const int group = mesh.axes_size(axes);
+  for (int p = 0; p < group; ++p) {
+    for (int i = static_cast<int>(axes.size()) - 1, rest = p; i >= 0; --i) {
+      const int a = mesh.axis_index(axes[i]);
+      coords[a] = rest % mesh.sizes()[a];
+      rest /= mesh.sizes()[a];
+    }
+    auto pieces = relayout_pieces(mesh, from, to, global, coords);
+    if (pieces.sends.size() > 1 || pieces.receives.size() != 1 || pieces.receives[0].numel() != whole) return false;
+    if (!pieces.sends.empty()) {
+      if (pieces.sends[0].numel() != whole) return false;
+      pairs->emplace_back(p, pieces.sends[0].peer);
+    }
+  }
+  return true;
+}
+
+Tensor relayout(const Mesh& mesh, const Spec& from, const Spec& to, const Shape& global, const Tensor& local) {
+  const Axes axes = relayout_axes(mesh.shape(), from, to);
+  const Communicator& comm = mesh.axes_comm(axes);
+  const int group = comm.size();
+  const int me = comm.rank();
+  const auto pieces = relayout_pieces(mesh.shape(), from, to, global, mesh.coords());
+  const std::int64_t elem = static_cast<std::int64_t>(dtype_size(local.dtype()));
+  Tensor out = Tensor::empty(local_shape(to, mesh.shape(), global), local.dtype());
+
+  std::vector<int> send_counts(group, 0), send_displs(group, 0), recv_counts(group, 0), recv_displs(group, 0);
+  std::int64_t send_total = 0, recv_total = 0;
+  for (const auto& piece : pieces.sends) {
+    if (piece.peer == me) continue;
+    send_counts[piece.peer] = checked_count(piece.numel() * elem, "reshard (redistribute)");
+    send_total += piece.numel() * elem;
+  }
+  for (const auto& piece : pieces.receives) {
+    if (piece.peer == me) continue;
+    recv_counts[piece.peer] = checked_count(piece.numel() * elem, "reshard (redistribute)");
+    recv_total += piece.numel() * elem;
+  }
+  checked_count(std::max(send_total, recv_total), "reshard (redistribute)");
+  for (int p = 1; p < group; ++p) {
+    send_displs[p] = send_displs[p - 1] + send_counts[p - 1];
+    recv_displs[p] = recv_displs[p - 1] + recv_counts[p - 1];
+  }
+  CommStats::global().record({"redistribute", axes, -1, send_total});
+
+  Tensor send_buffer = scratch_buffer(send_total);
+  Tensor recv_buffer = scratch_buffer(recv_total);
+  for (const auto& piece : pieces.sends) {
+    Tensor box = extract_block(local, piece.at_from, piece.shape);
+    if (piece.peer == me) {
+      // My own piece: the receive list has its place in my new block.
+      insert_block(out, box, piece.at_to);
+    } else {
+      std::memcpy(static_cast<std::byte*>(send_buffer.raw()) + send_displs[piece.peer], box.raw(), box.nbytes());
+    }
+  }
+  check_mpi(MPI_Alltoallv(send_buffer.raw(), send_counts.data(), send_displs.data(), MPI_BYTE, recv_buffer.raw(),
+                          recv_counts.data(), recv_displs.data(), MPI_BYTE, comm.handle()),
+            "MPI_Alltoallv (reshard redistribute)");
+  for (const auto& piece : pieces.receives) {
+    if (piece.peer == me) continue;
+    Tensor box = Tensor::empty(piece.shape, local.dtype());
+    std::memcpy(box.raw(), static_cast<const std::byte*>(recv_buffer.raw()) + recv_displs[piece.peer], box.nbytes());
+    insert_block(out, box, piece.at_to);
+  }
+  return out;
+}
+
+}  // namespace tessera::detail

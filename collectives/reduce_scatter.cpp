@@ -1,0 +1,34 @@
+// reduce_scatter: MPI_Reduce_scatter_block on the axes communicator. Rank k's block of the sum
+// must be the k-th consecutive chunk of the send buffer, so an inner dimension is packed first
+// (MPI's predefined reductions need predefined element types, not strided ones).
+#include "collectives/collectives.h"
+#include "collectives/layout.h"
+#include "mesh/mpi_check.h"
+
+namespace tessera {
+
+Tensor reduce_scatter(const Mesh& mesh, const Tensor& local, const Axes& axes, int dim) {
+  const Communicator& comm = mesh.axes_comm(axes);
+  const int n = comm.size();
+  const detail::BlockLayout layout = detail::block_layout(local.shape(), local.dtype(), dim, n, "reduce_scatter");
+  const std::int64_t bytes = static_cast<std::int64_t>(local.nbytes());
+  CommStats::global().record({"reduce_scatter", axes, dim, (n - 1) * (bytes / n)});
+  if (n == 1) return local;
+  Shape out_shape = local.shape();
+  out_shape[dim] /= n;
+  Tensor out = Tensor::empty(out_shape, local.dtype());
+  if (bytes == 0) return out;
+  const int count = detail::checked_count(out.numel(), "reduce_scatter");
+  const void* send = local.raw();
+  Tensor packed;
+  if (!layout.consecutive()) {
+    packed = detail::scratch_buffer(bytes);
+    detail::pack_blocks(local.raw(), packed.raw(), layout);
+    send = packed.raw();
+  }
+  check_mpi(MPI_Reduce_scatter_block(send, out.raw(), count, mpi_datatype(local.dtype()), MPI_SUM, comm.handle()),
+            "MPI_Reduce_scatter_block (reduce_scatter)");
+  return out;
+}
+
+}  // namespace tessera

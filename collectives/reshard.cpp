@@ -1,0 +1,142 @@
+// The reshard executor: validates the target on every rank before any communication, plans, and
+// runs the plan's steps on this rank's block with the local-view collectives.
+#include "collectives/reshard.h"
+
+#include <algorithm>
+
+#include "collectives/collectives.h"
+#include "collectives/redistribute.h"
+#include "core/error.h"
+
+namespace tessera {
+
+namespace {
+
+// The target padded to the tensor's rank; SpecError "reshard: ..." with the same text on every
+// rank (it depends only on replicated facts).
+Spec checked_target(const ShardedTensor& x, const Spec& target) {
+  try {
+    validate_spec(target, x.mesh().shape(), x.global_shape(), x.name());
+  } catch (const SpecError& e) {
+    throw SpecError(std::string("reshard: ") + e.what());
+  }
+  return target.padded(x.rank());
+}
+
+// This rank's block index along `axes` (mixed radix), for local slices and pads.
+std::vector<std::int64_t> offsets_along(const Mesh& mesh, int rank, int dim, const Axes& axes, std::int64_t extent) {
+  std::vector<std::int64_t> offsets(rank, 0);
+  offsets[dim] = mesh.axes_rank(axes) * extent;
+  return offsets;
+}
+
+bool holds_value_on(const Mesh& mesh, const Axes& axes) {
+  for (const auto& a : axes) {
+    if (mesh.coord(a) != 0) return false;
+  }
+  return true;
+}
+
+// Runs the steps. `owned` is true when `local` may be overwritten (rvalue reshard).
+Tensor run_steps(const Mesh& mesh, const Shape& global, Spec cur, const std::vector<ReshardStep>& steps, Tensor local,
+                 bool owned_input, const Tensor* borrowed) {
+  // `x` is the current block: the borrowed input until the first step writes a new one.
+  bool owned = owned_input;
+  auto current = [&]() -> const Tensor& { return owned ? local : *borrowed; };
+  const int rank = static_cast<int>(global.size());
+  for (const auto& step : steps) {
+    const Tensor& x = current();
+    Tensor next;
+    if (step.op == "slice") {
+      Shape shape = x.shape();
+      shape[step.dim] /= mesh.shape().axes_size(step.axes);
+      next = extract_block(x, offsets_along(mesh, rank, step.dim, step.axes, shape[step.dim]), shape);
+    } else if (step.op == "all_gather") {
+      next = all_gather(mesh, x, step.axes, step.dim);
+    } else if (step.op == "reduce_scatter") {
+      next = reduce_scatter(mesh, x, step.axes, step.dim);
+    } else if (step.op == "all_to_all") {
+      // The axes leave dimension `dim` (its blocks are concatenated) and split `dim_to`.
+      next = all_to_all(mesh, x, step.axes, step.dim_to, step.dim);
+    } else if (step.op == "all_reduce") {
+      next = owned ? all_reduce(mesh, std::move(local), step.axes) : all_reduce(mesh, x, step.axes);
+    } else if (step.op == "zero") {
+      if (holds_value_on(mesh, step.axes)) {
+        next = owned ? std::move(local) : x;
+      } else if (owned) {
+        next = std::move(local);
+        next.fill_zero();
+      } else {
+        next = Tensor(x.shape(), x.dtype());
+      }
+    } else if (step.op == "pad") {
+      Shape shape = x.shape();
+      shape[step.dim] *= mesh.shape().axes_size(step.axes);
+      next = Tensor(shape, x.dtype());
+      insert_block(next, x, offsets_along(mesh, rank, step.dim, step.axes, x.shape()[step.dim]));
+    } else if (step.op == "permute") {
+      std::vector<std::pair<int, int>> pairs;
+      detail::relayout_is_permutation(mesh.shape(), cur, step.after, global, &pairs);
+      next = permute(mesh, x, step.axes, pairs);
+    } else if (step.op == "redistribute") {
+      next = detail::relayout(mesh, cur, step.after, global, x);
+    } else {
+      throw Error("reshard: unknown step '" + step.op + "'");
+    }
+    local = std::move(next);
+    owned = true;
+    cur = step.after;
+  }
+  return owned ? std::move(local) : *borrowed;
+}
+
+ShardedTensor execute(const ShardedTensor& x, const Spec& target, Tensor owned_local, bool owned) {
+  const ReshardPlan plan = plan_reshard(x.mesh().shape(), x.spec(), target, x.global_shape(), x.dtype());
+  // The planner works without size-1 axes; the first step's input spec is the source's.
+  Spec cur = x.spec();
+  for (auto& d : cur.dims) {
+    d.erase(std::remove_if(d.begin(), d.end(), [&](const std::string& a) { return x.mesh().axis_size(a) == 1; }),
+            d.end());
+  }
+  cur.partial.erase(std::remove_if(cur.partial.begin(), cur.partial.end(),
+                                   [&](const std::string& a) { return x.mesh().axis_size(a) == 1; }),
+                    cur.partial.end());
+  Tensor local = run_steps(x.mesh(), x.global_shape(), cur, plan.steps, std::move(owned_local), owned, &x.local());
+  return ShardedTensor(x.mesh(), target, x.global_shape(), std::move(local), x.name());
+}
+
+}  // namespace
+
+ShardedTensor reshard(const ShardedTensor& x, const Spec& target) {
+  const Spec full = checked_target(x, target);
+  if (full == x.spec()) return x;
+  return execute(x, full, Tensor(), false);
+}
+
+ShardedTensor reshard(ShardedTensor&& x, const Spec& target) {
+  const Spec full = checked_target(x, target);
+  if (full == x.spec()) return std::move(x);
+  Tensor local = std::move(x.local());
+  return execute(x, full, std::move(local), true);
+}
+
+ShardedTensor reshard(const ShardedTensor& x, const Mesh& mesh, const Spec& target) {
+  if (!(mesh == x.mesh())) {
+    const bool same_shape = mesh.valid() && x.mesh().valid() && mesh.shape() == x.mesh().shape();
+    throw MeshError("reshard: '" + x.name() + "' lives on " + x.mesh().to_string() + " but the target sharding " +
+                    target.to_string() + " is on " + (mesh.valid() ? mesh.to_string() : std::string("an empty mesh")) +
+                    (same_shape ? ", a different Mesh object of the same shape" : "") +
+                    "; move it between meshes through a checkpoint or to_global");
+  }
+  return reshard(x, target);
+}
+
+std::string explain(const ShardedTensor& x, const Spec& target) {
+  const Spec full = checked_target(x, target);
+  return plan_reshard(x.mesh().shape(), x.spec(), full, x.global_shape(), x.dtype()).to_string();
+}
+
+ShardedTensor with_sharding_constraint(const ShardedTensor& x, const Spec& spec) { return reshard(x, spec); }
+ShardedTensor with_sharding_constraint(ShardedTensor&& x, const Spec& spec) { return reshard(std::move(x), spec); }
+
+}  // namespace tessera

@@ -1,0 +1,405 @@
+// The reshard planner: per-axis steps of DESIGN.md's table in the order that keeps blocks
+// smallest, a small search where the order of a dimension's axes leaves choices, and a general
+// relayout (permute / redistribute) where no sequence of named collectives reaches the target.
+#include <algorithm>
+#include <set>
+
+#include "collectives/redistribute.h"
+#include "collectives/reshard.h"
+#include "core/error.h"
+
+namespace tessera {
+
+namespace {
+
+std::string axes_text(const Axes& axes) {
+  std::string out = "(";
+  for (std::size_t i = 0; i < axes.size(); ++i) out += (i ? ", " : "") + axes[i];
+  return out + ")";
+}
+
+// The spec without axes of size 1 (they never move data), padded to `rank` dimensions.
+Spec drop_trivial_axes(const Spec& spec, const MeshShape& mesh, int rank) {
+  Spec out = spec.padded(rank);
+  auto trivial = [&](const std::string& a) { return mesh.axis_size(a) == 1; };
+  for (auto& d : out.dims) d.erase(std::remove_if(d.begin(), d.end(), trivial), d.end());
+  out.partial.erase(std::remove_if(out.partial.begin(), out.partial.end(), trivial), out.partial.end());
+  return out;
+}
+
+bool is_prefix(const Axes& a, const Axes& b) {
+  return a.size() <= b.size() && std::equal(a.begin(), a.end(), b.begin());
+}
+
+enum class Role { replicated, partial, split };
+Role role_of(const Spec& s, const std::string& axis) {
+  if (s.is_partial_on(axis)) return Role::partial;
+  return s.dim_of(axis) >= 0 ? Role::split : Role::replicated;
+}
+
+struct Problem {
+  const MeshShape& mesh;
+  Spec target;  // without trivial axes
+  Shape global;
+  DType dtype;
+};
+
+std::int64_t block_bytes(const Problem& p, const Spec& s) {
+  return numel(local_shape(s, p.mesh, p.global)) * static_cast<std::int64_t>(dtype_size(p.dtype));
+}
+
+struct Plan {
+  std::vector<ReshardStep> steps;
+  std::int64_t bytes = 0;
+  int relayouts = 0;
+};
+
+// Fewer bytes; then fewer general relayouts (the named collectives are what users expect and
+// what MPI tunes); then fewer steps.
+bool better(const Plan& a, const Plan& b) {
+  if (a.bytes != b.bytes) return a.bytes < b.bytes;
+  if (a.relayouts != b.relayouts) return a.relayouts < b.relayouts;
+  return a.steps.size() < b.steps.size();
+}
+
+// One step applied to the planner's state.
+class Builder {
+ public:
+  Builder(const Problem& p, Spec cur, Plan plan) : p_(p), cur_(std::move(cur)), plan_(std::move(plan)) {}
+  const Spec& cur() const { return cur_; }
+  const Plan& plan() const { return plan_; }
+
+  void slice(int j, const Axes& axes) {
+    append(cur_.dims[j], axes);
+    push("slice", axes, j, -1, 0);
+  }
+  void reduce_scatter(int j, const Axes& axes) {
+    const std::int64_t n = p_.mesh.axes_size(axes), b = block_bytes(p_, cur_);
+    remove_partial(axes);
+    append(cur_.dims[j], axes);
+    push("reduce_scatter", axes, j, -1, (n - 1) * (b / n));
+  }
+  void all_to_all(int i, int j, const Axes& axes) {
+    const std::int64_t n = p_.mesh.axes_size(axes), b = block_bytes(p_, cur_);
+    cur_.dims[i].resize(cur_.dims[i].size() - axes.size());
+    append(cur_.dims[j], axes);
+    push("all_to_all", axes, i, j, (n - 1) * (b / n));
+  }
+  void all_reduce(const Axes& axes) {
+    const std::int64_t n = p_.mesh.axes_size(axes), b = block_bytes(p_, cur_);
+    remove_partial(axes);
+    push("all_reduce", axes, -1, -1, 2 * (n - 1) * b / n);
+  }
+  void all_gather(int i, const Axes& axes) {
+    const std::int64_t n = p_.mesh.axes_size(axes), b = block_bytes(p_, cur_);
+    cur_.dims[i].resize(cur_.dims[i].size() - axes.size());
+    push("all_gather", axes, i, -1, (n - 1) * b);
+  }
+  void pad(int i, const Axes& axes) {
+    cur_.dims[i].resize(cur_.dims[i].size() - axes.size());
+    append(cur_.partial, axes);
+    push("pad", axes, i, -1, 0);
+  }
+  void zero(const Axes& axes) {
+    append(cur_.partial, axes);
+    push("zero", axes, -1, -1, 0);
+  }
+  void relayout(const Spec& to) {
+    const Axes axes = detail::relayout_axes(p_.mesh, cur_, to);
+    std::int64_t most = 0;
+    std::vector<int> coords(p_.mesh.ndim(), 0);
+    const int group = p_.mesh.axes_size(axes);
+    for (int r = 0; r < group; ++r) {
+      for (int k = static_cast<int>(axes.size()) - 1, rest = r; k >= 0; --k) {
+        const int a = p_.mesh.axis_index(axes[k]);
+        coords[a] = rest % p_.mesh.sizes()[a];
+        rest /= p_.mesh.sizes()[a];
+      }
+      most = std::max(most, detail::relayout_bytes_sent(p_.mesh, cur_, to, p_.global, p_.dtype, coords));
+    }
+    std::vector<std::pair<int, int>> pairs;
+    const bool permutation = detail::relayout_is_permutation(p_.mesh, cur_, to, p_.global, &pairs);
+    cur_ = to;
+    ++plan_.relayouts;
+    push(permutation ? "permute" : "redistribute", axes, -1, -1, most);
+  }
+
+ private:
+  static void append(Axes& to, const Axes& axes) { to.insert(to.end(), axes.begin(), axes.end()); }
+  void remove_partial(const Axes& axes) {
+    for (const auto& a : axes) cur_.partial.erase(std::find(cur_.partial.begin(), cur_.partial.end(), a));
+  }
+  void push(std::string op, const Axes& axes, int dim, int dim_to, std::int64_t bytes) {
+    ReshardStep step;
+    step.op = std::move(op);
+    step.axes = axes;
+    step.dim = dim;
+    step.dim_to = dim_to;
+    step.bytes_per_rank = bytes;
+    step.after = cur_;
+    plan_.bytes += step.bytes_per_rank;
+    plan_.steps.push_back(std::move(step));
+  }
+
+  const Problem& p_;
+  Spec cur_;
+  Plan plan_;
+};
+
+// Moves that put axes in their final place without growing the block: slices, then
+// reduce-scatters, then all-to-alls, onto dimensions whose current axes are a prefix of the
+// target's.
+void forced_moves(const Problem& p, Builder& b) {
+  const Spec& t = p.target;
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (Role wanted : {Role::replicated, Role::partial}) {
+      for (int j = 0; j < t.rank(); ++j) {
+        const Axes& now = b.cur().dims[j];
+        if (!is_prefix(now, t.dims[j])) continue;
+        Axes run;
+        for (std::size_t k = now.size(); k < t.dims[j].size() && role_of(b.cur(), t.dims[j][k]) == wanted; ++k) {
+          run.push_back(t.dims[j][k]);
+        }
+        if (run.empty()) continue;
+        wanted == Role::replicated ? b.slice(j, run) : b.reduce_scatter(j, run);
+        progress = true;
+      }
+      if (progress) break;
+    }
+    if (progress) continue;
+    for (int j = 0; j < t.rank() && !progress; ++j) {
+      const Axes& now = b.cur().dims[j];
+      if (!is_prefix(now, t.dims[j]) || now.size() == t.dims[j].size()) continue;
+      const std::string& next = t.dims[j][now.size()];
+      const int i = b.cur().dim_of(next);
+      if (i < 0 || i == j) continue;
+      const Axes& from = b.cur().dims[i];
+      const std::size_t pos = std::find(from.begin(), from.end(), next) - from.begin();
+      Axes suffix(from.begin() + static_cast<std::ptrdiff_t>(pos), from.end());
+      if (now.size() + suffix.size() > t.dims[j].size() ||
+          !std::equal(suffix.begin(), suffix.end(), t.dims[j].begin() + static_cast<std::ptrdiff_t>(now.size()))) {
+        continue;
+      }
+      b.all_to_all(i, j, suffix);
+      progress = true;
+    }
+  }
+}
+
+// The relayout target from `cur`: each dimension takes the target's axes up to the first one
+// still partial (reduce-scattered later), then keeps its axes bound for partial (padded later).
+Spec relayout_goal(const Problem& p, const Spec& cur) {
+  Spec goal = Spec::replicated(p.target.rank());
+  goal.partial = cur.partial;
+  for (int j = 0; j < p.target.rank(); ++j) {
+    for (const auto& a : p.target.dims[j]) {
+      if (cur.is_partial_on(a)) break;
+      goal.dims[j].push_back(a);
+    }
+    for (const auto& a : cur.dims[j]) {
+      if (p.target.is_partial_on(a)) goal.dims[j].push_back(a);
+    }
+  }
+  return goal;
+}
+
+// The maximal run of axes at the minor end of `axes` whose target role is `role`.
+Axes top_run(const Problem& p, const Axes& axes, Role role) {
+  std::size_t k = axes.size();
+  while (k > 0 && role_of(p.target, axes[k - 1]) == role && p.target.dim_of(axes[k - 1]) < 0) --k;
+  return Axes(axes.begin() + static_cast<std::ptrdiff_t>(k), axes.end());
+}
+
+Plan search(const Problem& p, Builder b) {
+  forced_moves(p, b);
+  const Spec& cur = b.cur();
+  const Spec& t = p.target;
+  Axes reduce;  // partial now, replicated in the target
+  for (const auto& a : cur.partial) {
+    if (role_of(t, a) == Role::replicated) reduce.push_back(a);
+  }
+  // all_reduce over axes in mesh order: one call for all of them.
+  std::sort(reduce.begin(), reduce.end(),
+            [&](const std::string& x, const std::string& y) { return p.mesh.axis_index(x) < p.mesh.axis_index(y); });
+  if (cur.dims == t.dims) {
+    if (!reduce.empty()) b.all_reduce(reduce);
+    Axes zeros;
+    for (const auto& a : t.partial) {
+      if (!b.cur().is_partial_on(a)) zeros.push_back(a);
+    }
+    if (!zeros.empty()) b.zero(zeros);
+    return b.plan();
+  }
+  Plan best;
+  bool have = false;
+  auto consider = [&](Builder next) {
+    Plan candidate = search(p, std::move(next));
+    if (!have || better(candidate, best)) {
+      best = std::move(candidate);
+      have = true;
+    }
+  };
+  if (!reduce.empty()) {
+    Builder next = b;
+    next.all_reduce(reduce);
+    consider(std::move(next));
+  }
+  for (int i = 0; i < cur.rank(); ++i) {
+    Axes gather = top_run(p, cur.dims[i], Role::replicated);
+    if (!gather.empty()) {
+      Builder next = b;
+      next.all_gather(i, gather);
+      consider(std::move(next));
+    }
+    Axes pad = top_run(p, cur.dims[i], Role::partial);
+    if (!pad.empty()) {
+      Builder next = b;
+      next.pad(i, pad);
+      consider(std::move(next));
+    }
+  }
+  Spec goal = relayout_goal(p, cur);
+  if (goal.dims != cur.dims) {
+    Builder next = b;
+    next.relayout(goal);
+    consider(std::move(next));
+  }
+  if (!have) throw Error("reshard planner: no move from " + cur.to_string() + " to " + t.to_string());
+  return best;
+}
+
+}  // namespace
+
+std::string ReshardStep::to_string() const {
+  std::string out = op + " over " + axes_text(axes);
+  std::string bytes = std::to_string(bytes_per_rank) + " bytes per rank";
+  if (op == "all_gather") {
+    out += " on dim " + std::to_string(dim) + ": " + bytes;
+  } else if (op == "reduce_scatter") {
+    out += " onto dim " + std::to_string(dim) + ": " + bytes;
+  } else if (op == "all_to_all") {
+    out += " from dim " + std::to_string(dim) + " to dim " + std::to_string(dim_to) + ": " + bytes;
+  } else if (op == "all_reduce") {
+    out += ": " + bytes;
+  } else if (op == "slice") {
+    out += " on dim " + std::to_string(dim) + ": local, 0 bytes";
+  } else if (op == "pad") {
+    out += " on dim " + std::to_string(dim) + " into partial: local, 0 bytes";
+  } else if (op == "zero") {
+    out += " into partial: local, 0 bytes (coordinate 0 keeps the value)";
+  } else {
+    out += " to " + after.to_string() + ": " + bytes;
+  }
+  if (!note.empty()) out += "; " + note;
+  return out;
+}
+
+std::int64_t ReshardPlan::bytes_per_rank() const {
+  std::int64_t total = 0;
+  for (const auto& s : steps) total += s.bytes_per_rank;
+  return total;
+}
+
+std::string ReshardPlan::to_string() const {
+  if (steps.empty()) return "no-op: already " + target.to_string() + ", 0 bytes\n";
+  std::string out;
+  for (const auto& s : steps) out += s.to_string() + "\n";
+  return out;
+}
+
+std::int64_t table_bytes(const MeshShape& mesh, const Spec& source, const Spec& target, const Shape& global_shape,
+                         DType dtype) {
+  const int rank = static_cast<int>(global_shape.size());
+  const Spec s = drop_trivial_axes(source, mesh, rank), t = drop_trivial_axes(target, mesh, rank);
+  const Problem p{mesh, t, global_shape, dtype};
+  // The axes whose place changes: a different role, dimension or axes before them.
+  Axes changing;
+  for (const auto& a : mesh.names()) {
+    if (mesh.axis_size(a) == 1) continue;
+    const int ds = s.dim_of(a), dt = t.dim_of(a);
+    bool same = role_of(s, a) == role_of(t, a) && ds == dt;
+    if (same && ds >= 0) {
+      const Axes& x = s.dims[ds];
+      const Axes& y = t.dims[dt];
+      const auto i = std::find(x.begin(), x.end(), a) - x.begin();
+      const auto j = std::find(y.begin(), y.end(), a) - y.begin();
+      same = i == j && std::equal(x.begin(), x.begin() + i, y.begin());
+    }
+    if (!same) changing.push_back(a);
+  }
+  std::int64_t best = -1;
+  std::sort(changing.begin(), changing.end());
+  do {
+    Spec cur = s;
+    std::int64_t bytes = 0;
+    bool valid = true;
+    for (const auto& a : changing) {
+      const std::int64_t n = mesh.axis_size(a), b = block_bytes(p, cur);
+      const int i = cur.dim_of(a), j = t.dim_of(a);
+      if (i >= 0 && cur.dims[i].back() != a) {
+        valid = false;  // only the minor-most axis of a dimension can leave it
+        break;
+      }
+      if (i >= 0) cur.dims[i].pop_back();
+      const bool was_partial = cur.is_partial_on(a);
+      if (was_partial) cur.partial.erase(std::find(cur.partial.begin(), cur.partial.end(), a));
+      if (j >= 0) cur.dims[j].push_back(a);
+      if (t.is_partial_on(a)) cur.partial.push_back(a);
+      if (i >= 0 && j >= 0) bytes += (n - 1) * (b / n);                  // all_to_all
+      if (i >= 0 && j < 0 && !t.is_partial_on(a)) bytes += (n - 1) * b;  // all_gather (pad: 0)
+      if (was_partial && j >= 0) bytes += (n - 1) * (b / n);             // reduce_scatter
+      if (was_partial && j < 0 && !t.is_partial_on(a)) bytes += 2 * (n - 1) * b / n;  // all_reduce
+    }
+    if (valid && cur == t && (best < 0 || bytes < best)) best = bytes;
+  } while (std::next_permutation(changing.begin(), changing.end()));
+  return best;
+}
+
+ReshardPlan plan_reshard(const MeshShape& mesh, const Spec& source, const Spec& target, const Shape& global_shape,
+                         DType dtype) {
+  const int rank = static_cast<int>(global_shape.size());
+  validate_spec(source, mesh, global_shape, "source");
+  validate_spec(target, mesh, global_shape, "target");
+  ReshardPlan out;
+  out.source = source.padded(rank);
+  out.target = target.padded(rank);
+  out.table_bytes = table_bytes(mesh, source, target, global_shape, dtype);
+  const Problem p{mesh, drop_trivial_axes(target, mesh, rank), global_shape, dtype};
+  const Spec start = drop_trivial_axes(source, mesh, rank);
+
+  // Candidate 1: the per-axis moves in place, searching where the axis order leaves choices.
+  Plan best = search(p, Builder(p, start, {}));
+  // Candidate 2: shrink first (every slice and reduce-scatter at once, even onto a dimension
+  // whose axes must still change), then the same search; wins when the block is large and the
+  // order of a dimension's axes forces a relayout anyway.
+  Builder shrink(p, start, {});
+  for (Role wanted : {Role::replicated, Role::partial}) {
+    for (int j = 0; j < p.target.rank(); ++j) {
+      Axes run;
+      for (const auto& a : p.target.dims[j]) {
+        if (role_of(shrink.cur(), a) == wanted) run.push_back(a);
+      }
+      if (run.empty()) continue;
+      wanted == Role::replicated ? shrink.slice(j, run) : shrink.reduce_scatter(j, run);
+    }
+  }
+  Plan second = search(p, std::move(shrink));
+  if (better(second, best)) best = std::move(second);
+
+  out.steps = std::move(best.steps);
+  const std::int64_t extra = out.bytes_per_rank() - out.table_bytes;
+  if (out.table_bytes < 0 || extra > 0) {
+    std::string note = out.table_bytes < 0 ? "axis order change: no order of the per-axis table's steps reaches "
+                                             "the target's axis order; every element moves at most once"
+                                           : "axis order change: " + std::to_string(extra) +
+                                                 " bytes per rank beyond the per-axis table";
+    auto it = std::find_if(out.steps.begin(), out.steps.end(),
+                           [](const ReshardStep& s) { return s.op == "permute" || s.op == "redistribute"; });
+    (it != out.steps.end() ? *it : out.steps.back()).note = note;
+  }
+  return out;
+}
+
+}  // namespace tessera

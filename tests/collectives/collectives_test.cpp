@@ -1,0 +1,304 @@
+// The local-view collectives against references computed from rank and size: every ordered
+// subset of the mesh axes, outer and inner dimensions, both ways of moving inner blocks
+// (strided datatypes and memcpy packing), exact byte counts, and errors raised on every rank.
+#include "collectives/collectives.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "collectives/layout.h"
+#include "core/error.h"
+#include "tests/test_meshes.h"
+
+namespace tessera {
+namespace {
+
+using testing_support::meshes_of_size;
+using testing_support::world_size;
+
+// Every ordered subset of the mesh's axes, the empty one included.
+std::vector<Axes> ordered_subsets(const MeshShape& shape) {
+  std::vector<Axes> out;
+  const int k = shape.ndim();
+  for (int mask = 0; mask < (1 << k); ++mask) {
+    Axes axes;
+    for (int a = 0; a < k; ++a) {
+      if (mask & (1 << a)) axes.push_back(shape.names()[a]);
+    }
+    std::sort(axes.begin(), axes.end());
+    do {
+      out.push_back(axes);
+    } while (std::next_permutation(axes.begin(), axes.end()));
+  }
+  return out;
+}
+
+// The mesh rank at position q of axes_comm(axes) as seen from this rank.
+int member_rank(const Mesh& mesh, const Axes& axes, int q) {
+  std::vector<int> coords = mesh.coords();
+  for (int i = static_cast<int>(axes.size()) - 1; i >= 0; --i) {
+    const int a = mesh.shape().axis_index(axes[i]);
+    coords[a] = q % mesh.shape().sizes()[a];
+    q /= mesh.shape().sizes()[a];
+  }
+  return mesh.shape().rank_of(coords);
+}
+
+// The block that mesh rank r holds: integer-valued, different on every rank and element, so
+// sums are exact.
+Tensor block_of(int r, const Shape& shape, DType dtype = DType::f32) {
+  Tensor t(shape, dtype);
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    dispatch_dtype(dtype, [&](auto zero) { t.data<decltype(zero)>()[i] = static_cast<decltype(zero)>(r * 1000 + i % 997); });
+  }
+  return t;
+}
+
+std::vector<std::int64_t> at_dim(int rank, int dim, std::int64_t offset) {
+  std::vector<std::int64_t> o(rank, 0);
+  o[dim] = offset;
+  return o;
+}
+
+const std::vector<Shape> kShapes = {{8, 4, 16}, {1, 8, 8}, {16}};
+
+class LocalCollectives : public ::testing::TestWithParam<detail::PackMethod> {
+ protected:
+  void SetUp() override { detail::set_pack_method(GetParam()); }
+  void TearDown() override { detail::set_pack_method(detail::PackMethod::datatype); }
+};
+
+TEST_P(LocalCollectives, AllGatherConcatenatesInRankOrder) {
+  int checked = 0;
+  for (const auto& shape : meshes_of_size(world_size())) {
+    Mesh mesh = Mesh::world(shape);
+    for (const auto& axes : ordered_subsets(shape)) {
+      const int n = shape.axes_size(axes);
+      for (const auto& block : kShapes) {
+        for (int dim = 0; dim < static_cast<int>(block.size()); ++dim) {
+          Tensor mine = block_of(mesh.rank(), block);
+          Shape out_shape = block;
+          out_shape[dim] *= n;
+          Tensor expected(out_shape, DType::f32);
+          for (int q = 0; q < n; ++q) {
+            insert_block(expected, block_of(member_rank(mesh, axes, q), block), at_dim(block.size(), dim, q * block[dim]));
+          }
+          CommScope scope;
+          Tensor got = all_gather(mesh, mine, axes, dim);
+          EXPECT_TRUE(got.bit_equal(expected)) << shape.to_string() << " dim " << dim;
+          ASSERT_EQ(scope.records().size(), 1u);
+          EXPECT_EQ(scope.records()[0], (CommRecord{"all_gather", axes, dim, (n - 1) * std::int64_t(mine.nbytes())}));
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
+TEST_P(LocalCollectives, ReduceScatterSumsThenKeepsMyBlock) {
+  for (const auto& shape : meshes_of_size(world_size())) {
+    Mesh mesh = Mesh::world(shape);
+    for (const auto& axes : ordered_subsets(shape)) {
+      const int n = shape.axes_size(axes);
+      const int me = mesh.axes_rank(axes);
+      for (const auto& block : kShapes) {
+        for (int dim = 0; dim < static_cast<int>(block.size()); ++dim) {
+          if (block[dim] % n != 0) continue;
+          for (DType dtype : {DType::f32, DType::f64, DType::i32}) {
+            Tensor sum(block, dtype);
+            for (int q = 0; q < n; ++q) add_block(sum, block_of(member_rank(mesh, axes, q), block, dtype), at_dim(block.size(), dim, 0));
+            Shape piece = block;
+            piece[dim] /= n;
+            Tensor expected = extract_block(sum, at_dim(block.size(), dim, me * piece[dim]), piece);
+            Tensor mine = block_of(mesh.rank(), block, dtype);
+            CommScope scope;
+            Tensor got = reduce_scatter(mesh, mine, axes, dim);
+            EXPECT_TRUE(got.bit_equal(expected)) << shape.to_string() << " dim " << dim;
+            EXPECT_EQ(scope.records().at(0),
+                      (CommRecord{"reduce_scatter", axes, dim, (n - 1) * std::int64_t(mine.nbytes()) / n}));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(LocalCollectives, AllToAllSplitsOneDimensionAndConcatenatesAnother) {
+  for (const auto& shape : meshes_of_size(world_size())) {
+    Mesh mesh = Mesh::world(shape);
+    for (const auto& axes : ordered_subsets(shape)) {
+      const int n = shape.axes_size(axes);
+      const int me = mesh.axes_rank(axes);
+      for (const auto& block : kShapes) {
+        const int rank = static_cast<int>(block.size());
+        for (int split = 0; split < rank; ++split) {
+          if (block[split] % n != 0) continue;
+          for (int concat = 0; concat < rank; ++concat) {
+            Shape piece = block;
+            piece[split] /= n;
+            Shape out_shape = piece;
+            out_shape[concat] *= n;
+            Tensor expected(out_shape, DType::f32);
+            for (int q = 0; q < n; ++q) {
+              Tensor theirs = block_of(member_rank(mesh, axes, q), block);
+              insert_block(expected, extract_block(theirs, at_dim(rank, split, me * piece[split]), piece),
+                           at_dim(rank, concat, q * piece[concat]));
+            }
+            Tensor mine = block_of(mesh.rank(), block);
+            CommScope scope;
+            Tensor got = all_to_all(mesh, mine, axes, split, concat);
+            EXPECT_TRUE(got.bit_equal(expected)) << shape.to_string() << " " << split << "->" << concat;
+            EXPECT_EQ(scope.records().at(0),
+                      (CommRecord{"all_to_all", axes, split, (n - 1) * std::int64_t(mine.nbytes()) / n}));
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(PackMethods, LocalCollectives,
+                         ::testing::Values(detail::PackMethod::datatype, detail::PackMethod::memcpy),
+                         [](const auto& info) { return info.param == detail::PackMethod::datatype ? "datatype" : "memcpy"; });
+
+TEST(Collectives, AllReduceSumAndMaxGiveTheSameBitsEverywhere) {
+  for (const auto& shape : meshes_of_size(world_size())) {
+    Mesh mesh = Mesh::world(shape);
+    for (const auto& axes : ordered_subsets(shape)) {
+      const int n = shape.axes_size(axes);
+      const Shape block = {3, 5};
+      Tensor sum(block, DType::f32), max = block_of(member_rank(mesh, axes, 0), block);
+      for (int q = 0; q < n; ++q) {
+        Tensor theirs = block_of(member_rank(mesh, axes, q), block);
+        add_block(sum, theirs, {0, 0});
+        for (std::int64_t i = 0; i < max.numel(); ++i) {
+          max.data<float>()[i] = std::max(max.data<float>()[i], theirs.data<float>()[i]);
+        }
+      }
+      Tensor mine = block_of(mesh.rank(), block);
+      CommScope scope;
+      EXPECT_TRUE(all_reduce(mesh, mine, axes).bit_equal(sum));
+      EXPECT_TRUE(all_reduce(mesh, mine, axes, ReduceOp::max).bit_equal(max));
+      Tensor in_place = mine;
+      const void* storage = in_place.raw();
+      Tensor reduced = all_reduce(mesh, std::move(in_place), axes);
+      EXPECT_EQ(reduced.raw(), storage);  // the rvalue overload reuses the storage
+      EXPECT_TRUE(reduced.bit_equal(sum));
+      ASSERT_EQ(scope.records().size(), 3u);
+      EXPECT_EQ(scope.records()[0], (CommRecord{"all_reduce", axes, -1, 2 * (n - 1) * 60 / n}));
+    }
+  }
+}
+
+TEST(Collectives, BroadcastSendsTheRootsBlock) {
+  for (const auto& shape : meshes_of_size(world_size())) {
+    Mesh mesh = Mesh::world(shape);
+    for (const auto& axes : ordered_subsets(shape)) {
+      const int n = shape.axes_size(axes);
+      for (int root : {0, n - 1}) {
+        CommScope scope;
+        Tensor got = broadcast(mesh, block_of(mesh.rank(), {4, 4}), axes, root);
+        EXPECT_TRUE(got.bit_equal(block_of(member_rank(mesh, axes, root), {4, 4})));
+        EXPECT_EQ(scope.total_bytes(), n > 1 ? 64 : 0);
+      }
+    }
+  }
+}
+
+TEST(Collectives, PermuteShiftsAndZeroesRanksWithoutASource) {
+  for (const auto& shape : meshes_of_size(world_size())) {
+    Mesh mesh = Mesh::world(shape);
+    for (const auto& axes : ordered_subsets(shape)) {
+      const int n = shape.axes_size(axes);
+      const int me = mesh.axes_rank(axes);
+      std::vector<std::pair<int, int>> shift;
+      for (int q = 0; q < n; ++q) shift.emplace_back(q, (q + 1) % n);
+      CommScope scope;
+      Tensor got = permute(mesh, block_of(mesh.rank(), {2, 8}), axes, shift);
+      EXPECT_TRUE(got.bit_equal(block_of(member_rank(mesh, axes, (me + n - 1) % n), {2, 8})));
+      EXPECT_EQ(scope.total_bytes(), n > 1 ? 64 : 0);
+      // Only 0 -> n-1: the others receive zeros; only position 0 sends.
+      CommScope one;
+      Tensor partial = permute(mesh, block_of(mesh.rank(), {2, 8}), axes, {{0, n - 1}});
+      Tensor expected = me == n - 1 ? block_of(member_rank(mesh, axes, 0), {2, 8}) : Tensor({2, 8}, DType::f32);
+      EXPECT_TRUE(partial.bit_equal(expected));
+      EXPECT_EQ(one.total_bytes(), me == 0 && n > 1 ? 64 : 0);
+    }
+  }
+}
+
+// Errors that depend only on replicated facts are raised on every rank before any message.
+template <class E, class F>
+void expect_error(F&& f, const std::string& message) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an error: " << message;
+  } catch (const E& e) {
+    EXPECT_EQ(std::string(e.what()), message);
+  }
+}
+
+TEST(Collectives, BadInputIsAnErrorOnEveryRank) {
+  for (const auto& shape : meshes_of_size(world_size())) {
+    Mesh mesh = Mesh::world(shape);
+    const std::string axis = shape.names()[0];
+    const int n = shape.sizes()[0];
+    Tensor t = block_of(mesh.rank(), {3, 4});
+    expect_error<SpecError>([&] { all_gather(mesh, t, {"nope"}, 0); },
+                            "unknown mesh axis 'nope' (mesh has " + shape.to_string() + ")");
+    expect_error<SpecError>([&] { all_reduce(mesh, t, {axis, axis}); },
+                            "mesh axes: axis '" + axis + "' appears twice");
+    expect_error<ShapeError>([&] { all_gather(mesh, t, {axis}, 2); },
+                             "all_gather: dimension 2 out of range for a tensor of shape [3, 4]");
+    if (n > 1 && 3 % n != 0) {
+      expect_error<ShapeError>([&] { reduce_scatter(mesh, t, {axis}, 0); },
+                               "reduce_scatter: dimension 0 (size 3) of a tensor of shape [3, 4] does not divide "
+                               "into " + std::to_string(n) + " blocks");
+    }
+    expect_error<SpecError>([&] { permute(mesh, t, {axis}, {{0, 0}, {0, n - 1}}); },
+                            "permute: position 0 is a source twice");
+    expect_error<SpecError>([&] { permute(mesh, t, {axis}, {{0, n}}); },
+                            "permute: pair (0, " + std::to_string(n) + ") is out of range for " + std::to_string(n) +
+                                " ranks");
+    expect_error<SpecError>([&] { broadcast(mesh, t, {axis}, n); },
+                            "broadcast: root " + std::to_string(n) + " is not a position of axes_comm over 1 axes of size " +
+                                std::to_string(n));
+  }
+}
+
+TEST(Collectives, CountsBeyondIntAreAClearError) {
+  EXPECT_THROW(detail::checked_count(std::int64_t(1) << 31, "all_gather"), MpiError);
+  EXPECT_EQ(detail::checked_count((std::int64_t(1) << 31) - 1, "x"), 2147483647);
+  // A message over 2 GiB becomes a contiguous type of a divisor of its size.
+  auto m = detail::contiguous_message((std::int64_t(1) << 33), "all_gather");
+  EXPECT_EQ(m.count, 1 << 30);  // the smallest divisor of 2^33 above 2^33 / (2^31 - 1) is 8
+  EXPECT_EQ(detail::contiguous_message(100, "x").count, 100);
+}
+
+TEST(CommScope, CountsOnlyItsLifetimeAndSurvivesAReset) {
+  for (const auto& shape : meshes_of_size(world_size())) {
+    Mesh mesh = Mesh::world(shape);
+    Tensor t = block_of(mesh.rank(), {4});
+    all_reduce(mesh, t, {});
+    CommScope outer;
+    all_gather(mesh, t, mesh.axis_names(), 0);
+    {
+      CommScope inner;
+      all_reduce(mesh, t, mesh.axis_names());
+      EXPECT_EQ(inner.records().size(), 1u);
+      EXPECT_EQ(inner.count("all_reduce"), 1);
+    }
+    EXPECT_EQ(outer.records().size(), 2u);
+    EXPECT_EQ(outer.total_bytes(), (mesh.size() - 1) * 16 + 2 * (mesh.size() - 1) * 16 / mesh.size());
+    CommStats::global().reset();
+    EXPECT_EQ(outer.records().size(), 0u);
+    all_reduce(mesh, t, {});
+    EXPECT_EQ(outer.records().size(), 1u);
+    EXPECT_EQ(to_string(outer.records()[0]), "all_reduce over (): 0 bytes");
+  }
+}
+
+}  // namespace
+}  // namespace tessera
