@@ -27,6 +27,10 @@ H5Handle parallel_file_access(MPI_Comm comm, std::string_view context) {
   return fapl;
 }
 
+std::string mpi_io_name(const std::string& path) {
+  return path.find(':') == std::string::npos ? path : "ufs:" + path;
+}
+
 H5Handle local_file_access(std::string_view context) {
   H5Handle fapl = plist_handle(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate", context);
   check_h5(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST), "H5Pset_libver_bounds", context);

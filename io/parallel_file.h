@@ -27,6 +27,10 @@ const Mesh* common_mesh(const CheckpointState& state, std::string_view what);
 // File access through MPI-IO over `comm` (ROMIO: see DESIGN.md), with the 1.8 file format as
 // the oldest allowed so object headers carry checksums.
 H5Handle parallel_file_access(MPI_Comm comm, std::string_view context);
+// The name to give HDF5's MPI-IO driver for `path`. ROMIO reads "xyz:" at the start of a file
+// name as a file-system prefix, so a path with a colon anywhere ("run_data:2/ckpt.h5") is
+// passed as "ufs:<path>" (the generic POSIX driver); other paths go through unchanged.
+std::string mpi_io_name(const std::string& path);
 // File access for one process (info, verify), same format bounds.
 H5Handle local_file_access(std::string_view context);
 // Data transfer: collective or independent MPI-IO.

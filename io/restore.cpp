@@ -161,7 +161,7 @@ CheckpointState restore_checkpoint(const std::string& dir_or_file, const Checkpo
   H5Handle handle;
   error = capture_error([&] {
     H5Handle access = checkpoint_io::parallel_file_access(comm.handle(), context);
-    handle = file_handle(H5Fopen(file.c_str(), H5F_ACC_RDONLY, access.get()), "H5Fopen", context);
+    handle = file_handle(H5Fopen(checkpoint_io::mpi_io_name(file).c_str(), H5F_ACC_RDONLY, access.get()), "H5Fopen", context);
   });
   agree_or_throw<IoError>(comm, error);
 

@@ -126,7 +126,7 @@ void write_file(const CheckpointState& state, const MeshShape& mesh_shape, const
                 const std::string& temporary) {
   const std::string context = format::file_context(temporary);
   H5Handle access = checkpoint_io::parallel_file_access(comm.handle(), context);
-  H5Handle file = file_handle(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()), "H5Fcreate",
+  H5Handle file = file_handle(H5Fcreate(checkpoint_io::mpi_io_name(temporary).c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()), "H5Fcreate",
                               context);
   write_root_attributes(file.get(), state, mesh_shape, temporary);
   // Parallel HDF5 writes filtered (Fletcher32) chunks only with collective transfers.
