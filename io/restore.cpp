@@ -55,7 +55,7 @@ void check_readable(const std::string& file) {
 
 // Reads step, seed and config after checking format name and version.
 void read_root(hid_t file, const std::string& path, CheckpointState& out) {
-  const std::string context = format::file_context(path);
+  const std::string context = "restore_checkpoint: " + format::file_context(path);
   if (!format::has_attribute(file, format::attr_format, context)) {
     throw IoError(context + ": not a tessera checkpoint (no '" + format::attr_format + "' attribute)");
   }
@@ -88,7 +88,7 @@ bool link_exists(hid_t file, const std::string& path, const std::string& context
 }
 
 H5Handle open_validated(hid_t file, const std::string& path, const CheckpointArray& target) {
-  const std::string context = format::dataset_context(path, target.path);
+  const std::string context = "restore_checkpoint: " + format::dataset_context(path, target.path);
   if (!link_exists(file, target.path, context)) throw IoError(context + ": missing");
   H5O_info_t info;
   check_h5(H5Oget_info_by_name2(file, format::dataset_name(target.path).c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT),
@@ -115,7 +115,7 @@ H5Handle open_validated(hid_t file, const std::string& path, const CheckpointArr
 
 // This rank's block of the target, read from the dataset.
 CheckpointArray read_array(hid_t dataset, hid_t transfer, const std::string& path, const CheckpointArray& target) {
-  const std::string context = format::dataset_context(path, target.path);
+  const std::string context = "restore_checkpoint: " + format::dataset_context(path, target.path);
   const ShardedTensor& want = target.value;
   const Mesh& mesh = want.mesh();
   const Shape block = local_shape(want.spec(), mesh.shape(), want.global_shape());
