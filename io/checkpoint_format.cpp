@@ -72,7 +72,7 @@ std::vector<hsize_t> chunk_shape(const Shape& block, DType dtype) {
     for (auto c : chunk) n *= c;
     return n;
   };
-  for (std::size_t d = 0; bytes() > limit && d < chunk.size(); ) {
+  for (std::size_t d = 0; bytes() > limit && d < chunk.size();) {
     if (chunk[d] > 1) {
       chunk[d] = (chunk[d] + 1) / 2;
     } else {
@@ -144,8 +144,8 @@ void write_int64_attribute(hid_t object, const char* name, std::int64_t value, s
   H5Handle type = type_handle(H5Tcopy(H5T_STD_I64LE), "H5Tcopy", context);
   const std::string where = attribute_context(context, name);
   if (H5Aexists(object, name) > 0) check_h5(H5Adelete(object, name), "H5Adelete", where);
-  H5Handle attribute = attribute_handle(
-      H5Acreate2(object, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), "H5Acreate2", where);
+  H5Handle attribute = attribute_handle(H5Acreate2(object, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                                        "H5Acreate2", where);
   check_h5(H5Awrite(attribute.get(), H5T_NATIVE_INT64, &value), "H5Awrite", where);
   attribute.close(where);
 }
@@ -153,8 +153,8 @@ void write_int64_attribute(hid_t object, const char* name, std::int64_t value, s
 void write_uint64_attribute(hid_t object, const char* name, std::uint64_t value, std::string_view context) {
   H5Handle space = dataspace_handle(H5Screate(H5S_SCALAR), "H5Screate", context);
   const std::string where = attribute_context(context, name);
-  H5Handle attribute = attribute_handle(
-      H5Acreate2(object, name, H5T_STD_U64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT), "H5Acreate2", where);
+  H5Handle attribute = attribute_handle(H5Acreate2(object, name, H5T_STD_U64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                                        "H5Acreate2", where);
   check_h5(H5Awrite(attribute.get(), H5T_NATIVE_UINT64, &value), "H5Awrite", where);
   attribute.close(where);
 }
@@ -182,8 +182,8 @@ void write_int64_array_attribute(hid_t object, const char* name, const std::vect
   H5Handle space = values.empty() ? dataspace_handle(H5Screate(H5S_NULL), "H5Screate", context)
                                   : dataspace_handle(H5Screate_simple(1, &n, nullptr), "H5Screate_simple", context);
   const std::string where = attribute_context(context, name);
-  H5Handle attribute = attribute_handle(
-      H5Acreate2(object, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT), "H5Acreate2", where);
+  H5Handle attribute = attribute_handle(H5Acreate2(object, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                                        "H5Acreate2", where);
   if (!values.empty()) check_h5(H5Awrite(attribute.get(), H5T_NATIVE_INT64, values.data()), "H5Awrite", where);
   attribute.close(where);
 }
@@ -267,7 +267,8 @@ Shape dataset_shape(hid_t dataset, std::string_view context) {
   const int rank = H5Sget_simple_extent_ndims(space.get());
   check_h5(rank < 0 ? -1 : 0, "H5Sget_simple_extent_ndims", context);
   std::vector<hsize_t> dims(rank);
-  if (rank > 0) check_h5(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr), "H5Sget_simple_extent_dims", context);
+  if (rank > 0)
+    check_h5(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr), "H5Sget_simple_extent_dims", context);
   return Shape(dims.begin(), dims.end());
 }
 

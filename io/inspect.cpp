@@ -35,15 +35,15 @@ herr_t collect_dataset(hid_t, const char* name, const H5O_info_t* info, void* da
 // Paths (without leading slash) of every dataset in the file, sorted.
 std::vector<std::string> dataset_paths(hid_t file, const std::string& context) {
   std::vector<std::string> paths;
-  check_h5(H5Ovisit2(file, H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &paths, H5O_INFO_BASIC), "H5Ovisit2",
-           context);
+  check_h5(H5Ovisit2(file, H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &paths, H5O_INFO_BASIC), "H5Ovisit2", context);
   std::sort(paths.begin(), paths.end());
   return paths;
 }
 
 CheckpointArrayInfo array_info(hid_t file, const std::string& path, const std::string& file_name) {
   const std::string context = format::dataset_context(file_name, path);
-  H5Handle dataset = dataset_handle(H5Dopen2(file, format::dataset_name(path).c_str(), H5P_DEFAULT), "H5Dopen2", context);
+  H5Handle dataset =
+      dataset_handle(H5Dopen2(file, format::dataset_name(path).c_str(), H5P_DEFAULT), "H5Dopen2", context);
   CheckpointArrayInfo info;
   info.path = path;
   info.shape = format::dataset_shape(dataset.get(), context);
@@ -81,9 +81,8 @@ std::int64_t read_every_chunk(hid_t file, const CheckpointArrayInfo& info, const
     for (int d = 0; d < rank; ++d) count[d] = std::min(chunk[d], info.shape[d] - start[d]);
     H5Handle file_space = checkpoint_io::select_block(dataset.get(), start, count, true, context);
     H5Handle memory = checkpoint_io::memory_space(count, true, context);
-    herr_t status =
-        H5Dread(dataset.get(), format::memory_type(info.dtype), memory.get(), file_space.get(), H5P_DEFAULT,
-                buffer.data());
+    herr_t status = H5Dread(dataset.get(), format::memory_type(info.dtype), memory.get(), file_space.get(), H5P_DEFAULT,
+                            buffer.data());
     if (status < 0) {
       throw IoError(context + ": chunk at " + shape_to_string(Shape(start.begin(), start.end())) +
                     " failed to read (Fletcher32 checksum or I/O error): " + take_hdf5_error_stack());
@@ -124,7 +123,8 @@ CheckpointInfo read_checkpoint_info(const std::string& file) {
   for (auto size : format::read_int64_array_attribute(handle.get(), format::attr_mesh_sizes, context)) {
     info.mesh_axis_sizes.push_back(static_cast<int>(size));
   }
-  for (const auto& path : dataset_paths(handle.get(), context)) info.arrays.push_back(array_info(handle.get(), path, file));
+  for (const auto& path : dataset_paths(handle.get(), context))
+    info.arrays.push_back(array_info(handle.get(), path, file));
   handle.close(context);
   return info;
 }

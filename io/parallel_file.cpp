@@ -27,9 +27,7 @@ H5Handle parallel_file_access(MPI_Comm comm, std::string_view context) {
   return fapl;
 }
 
-std::string mpi_io_name(const std::string& path) {
-  return path.find(':') == std::string::npos ? path : "ufs:" + path;
-}
+std::string mpi_io_name(const std::string& path) { return path.find(':') == std::string::npos ? path : "ufs:" + path; }
 
 H5Handle local_file_access(std::string_view context) {
   H5Handle fapl = plist_handle(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate", context);
@@ -63,8 +61,8 @@ H5Handle memory_space(const Shape& block, bool take_part, std::string_view conte
     space = dataspace_handle(H5Screate(H5S_SCALAR), "H5Screate", context);
   } else {
     std::vector<hsize_t> dims(block.begin(), block.end());
-    space = dataspace_handle(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
-                             "H5Screate_simple", context);
+    space = dataspace_handle(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), "H5Screate_simple",
+                             context);
   }
   if (!take_part) check_h5(H5Sselect_none(space.get()), "H5Sselect_none", context);
   return space;

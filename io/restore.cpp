@@ -126,18 +126,19 @@ CheckpointArray read_array(hid_t dataset, hid_t transfer, const std::string& pat
     auto offsets = tessera::block_offsets(want.spec(), mesh.shape(), want.global_shape(), mesh.coords());
     H5Handle file_space = checkpoint_io::select_block(dataset, offsets, block, true, context);
     H5Handle memory = checkpoint_io::memory_space(block, true, context);
-    herr_t status = H5Dread(dataset, format::memory_type(want.dtype()), memory.get(), file_space.get(), transfer,
-                            local.raw());
+    herr_t status =
+        H5Dread(dataset, format::memory_type(want.dtype()), memory.get(), file_space.get(), transfer, local.raw());
     if (status < 0) {
       std::string stack = take_hdf5_error_stack();
-      const bool checksum = stack.find("checksum") != std::string::npos || stack.find("Fletcher") != std::string::npos ||
-                            stack.find("filter") != std::string::npos;
-      throw IoError(context + (checksum ? ": data failed its Fletcher32 checksum (the file is corrupt): "
-                                        : ": H5Dread failed: ") +
-                    stack);
+      const bool checksum = stack.find("checksum") != std::string::npos ||
+                            stack.find("Fletcher") != std::string::npos || stack.find("filter") != std::string::npos;
+      throw IoError(
+          context +
+          (checksum ? ": data failed its Fletcher32 checksum (the file is corrupt): " : ": H5Dread failed: ") + stack);
     }
   }
-  return CheckpointArray{target.path, ShardedTensor(mesh, want.spec(), want.global_shape(), std::move(local), target.path),
+  return CheckpointArray{target.path,
+                         ShardedTensor(mesh, want.spec(), want.global_shape(), std::move(local), target.path),
                          target.logical_names};
 }
 
@@ -161,7 +162,8 @@ CheckpointState restore_checkpoint(const std::string& dir_or_file, const Checkpo
   H5Handle handle;
   error = capture_error([&] {
     H5Handle access = checkpoint_io::parallel_file_access(comm.handle(), context);
-    handle = file_handle(H5Fopen(checkpoint_io::mpi_io_name(file).c_str(), H5F_ACC_RDONLY, access.get()), "H5Fopen", context);
+    handle = file_handle(H5Fopen(checkpoint_io::mpi_io_name(file).c_str(), H5F_ACC_RDONLY, access.get()), "H5Fopen",
+                         context);
   });
   agree_or_throw<IoError>(comm, error);
 

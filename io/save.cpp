@@ -91,8 +91,8 @@ void write_array(hid_t file, hid_t transfer, const CheckpointArray& array, const
     check_h5(H5Pset_layout(create.get(), H5D_COMPACT), "H5Pset_layout", context);
   } else {
     std::vector<hsize_t> dims(global.begin(), global.end());
-    space = dataspace_handle(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
-                             "H5Screate_simple", context);
+    space = dataspace_handle(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), "H5Screate_simple",
+                             context);
     if (numel(global) > 0) {
       auto chunk = format::chunk_shape(block, dtype);
       check_h5(H5Pset_chunk(create.get(), static_cast<int>(chunk.size()), chunk.data()), "H5Pset_chunk", context);
@@ -126,8 +126,9 @@ void write_file(const CheckpointState& state, const MeshShape& mesh_shape, const
                 const std::string& temporary) {
   const std::string context = format::file_context(temporary);
   H5Handle access = checkpoint_io::parallel_file_access(comm.handle(), context);
-  H5Handle file = file_handle(H5Fcreate(checkpoint_io::mpi_io_name(temporary).c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()), "H5Fcreate",
-                              context);
+  H5Handle file =
+      file_handle(H5Fcreate(checkpoint_io::mpi_io_name(temporary).c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()),
+                  "H5Fcreate", context);
   write_root_attributes(file.get(), state, mesh_shape, temporary);
   // Parallel HDF5 writes filtered (Fletcher32) chunks only with collective transfers.
   H5Handle transfer = checkpoint_io::transfer_properties(H5FD_MPIO_COLLECTIVE, context);

@@ -22,7 +22,8 @@ const std::string dir = std::string(TESSERA_IO_TEST_TMP) + "/atomic";
 // Exit status of `checkpoint_crash_helper ARGS` on 4 ranks, with an optional kill point.
 int run_helper(const std::string& args, const std::string& kill = "") {
   std::string command = "timeout 60 " + std::string(TESSERA_MPIEXEC) + " -n 4 " + TESSERA_MPIEXEC_FLAGS;
-  if (!kill.empty()) command = "TESSERA_CHECKPOINT_TEST_KILL=" + kill + " " + command + " -x TESSERA_CHECKPOINT_TEST_KILL";
+  if (!kill.empty())
+    command = "TESSERA_CHECKPOINT_TEST_KILL=" + kill + " " + command + " -x TESSERA_CHECKPOINT_TEST_KILL";
   command += " " + std::string(TESSERA_CRASH_HELPER) + " " + args + " 2>&1";
   std::printf("$ %s\n", command.c_str());
   std::fflush(stdout);

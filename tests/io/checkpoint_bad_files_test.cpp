@@ -79,12 +79,11 @@ std::uint64_t w1_chunk_address(const std::string& file, hsize_t column) {
 TEST(CheckpointBadFiles, FlippedByteInTheLastRanksChunkFailsItsChecksumOnEveryRank) {
   TempDir dir("flipped");
   const hsize_t last_column = 16 - 16 / world_size();
-  const std::string file = saved_then_damaged(dir, [&](const std::string& f) {
-    flip_byte(f, w1_chunk_address(f, last_column) + 5);
-  });
+  const std::string file =
+      saved_then_damaged(dir, [&](const std::string& f) { flip_byte(f, w1_chunk_address(f, last_column) + 5); });
   const std::string message = restore_error(dir.path(), target_state());
-  const std::string expected = from_rank(world_size() - 1) + "restore_checkpoint: file '" + file + "', dataset '/" + w1 +
-                               "': data failed its Fletcher32 checksum (the file is corrupt): ";
+  const std::string expected = from_rank(world_size() - 1) + "restore_checkpoint: file '" + file + "', dataset '/" +
+                               w1 + "': data failed its Fletcher32 checksum (the file is corrupt): ";
   EXPECT_TRUE(message.starts_with(expected)) << message << "\nexpected prefix: " << expected;
   // verify_checkpoint (one process, every chunk) finds it too.
   if (world_rank() == 0) {
@@ -110,7 +109,8 @@ TEST(CheckpointBadFiles, MissingDataset) {
   const std::string file = save_checkpoint(saved_state(), dir.path());
   CheckpointState target = target_state();
   target.arrays.push_back({"params/MLP_0/Extra_0/W", ShardedTensor::zeros(line_mesh(), Spec(), {8, 8}), {}});
-  EXPECT_EQ(restore_error(dir.path(), target), from_rank(0) + "restore_checkpoint: file '" + file + "', dataset '/params/MLP_0/Extra_0/W': missing");
+  EXPECT_EQ(restore_error(dir.path(), target),
+            from_rank(0) + "restore_checkpoint: file '" + file + "', dataset '/params/MLP_0/Extra_0/W': missing");
 }
 
 TEST(CheckpointBadFiles, WrongShape) {
@@ -118,8 +118,8 @@ TEST(CheckpointBadFiles, WrongShape) {
   const std::string file = save_checkpoint(saved_state(), dir.path());
   CheckpointState target = target_state();
   target.arrays[0].value = ShardedTensor::zeros(line_mesh(), Spec(), {16, 16});
-  EXPECT_EQ(restore_error(dir.path(), target),
-            from_rank(0) + "restore_checkpoint: file '" + file + "', dataset '/" + w1 + "': global shape is [8, 16] in the file, [16, 16] wanted");
+  EXPECT_EQ(restore_error(dir.path(), target), from_rank(0) + "restore_checkpoint: file '" + file + "', dataset '/" +
+                                                   w1 + "': global shape is [8, 16] in the file, [16, 16] wanted");
 }
 
 TEST(CheckpointBadFiles, WrongDtype) {
@@ -127,8 +127,8 @@ TEST(CheckpointBadFiles, WrongDtype) {
   const std::string file = save_checkpoint(saved_state(), dir.path());
   CheckpointState target = target_state();
   target.arrays[0].value = ShardedTensor::zeros(line_mesh(), Spec(), {8, 16}, DType::f64);
-  EXPECT_EQ(restore_error(dir.path(), target),
-            from_rank(0) + "restore_checkpoint: file '" + file + "', dataset '/" + w1 + "': dtype is f32 in the file, f64 wanted");
+  EXPECT_EQ(restore_error(dir.path(), target), from_rank(0) + "restore_checkpoint: file '" + file + "', dataset '/" +
+                                                   w1 + "': dtype is f32 in the file, f64 wanted");
 }
 
 TEST(CheckpointBadFiles, UnknownFormatVersion) {
@@ -139,8 +139,8 @@ TEST(CheckpointBadFiles, UnknownFormatVersion) {
     const std::int64_t version = 2;
     check_h5(H5Awrite(attribute.get(), H5T_NATIVE_INT64, &version), "H5Awrite", f);
   });
-  EXPECT_EQ(restore_error(dir.path(), target_state()),
-            from_rank(0) + "restore_checkpoint: file '" + file + "': unknown format version 2 (this build reads version 1)");
+  EXPECT_EQ(restore_error(dir.path(), target_state()), from_rank(0) + "restore_checkpoint: file '" + file +
+                                                           "': unknown format version 2 (this build reads version 1)");
 }
 
 TEST(CheckpointBadFiles, HdfFileThatIsNotACheckpoint) {
@@ -169,9 +169,8 @@ TEST(CheckpointBadFiles, MissingFileAndEmptyDirectory) {
   TempDir dir("missing_file");
   EXPECT_EQ(restore_error(dir / "ckpt_00000007.h5", target_state()),
             from_rank(0) + "restore_checkpoint: file '" + (dir / "ckpt_00000007.h5") + "' does not exist");
-  EXPECT_EQ(restore_error(dir.path(), target_state()),
-            from_rank(0) + "restore_checkpoint: directory '" + dir.path() +
-                "' holds no complete checkpoint (ckpt_<step>.h5)");
+  EXPECT_EQ(restore_error(dir.path(), target_state()), from_rank(0) + "restore_checkpoint: directory '" + dir.path() +
+                                                           "' holds no complete checkpoint (ckpt_<step>.h5)");
 }
 
 }  // namespace

@@ -90,8 +90,8 @@ TEST(CheckpointRoundTrip, PartialTargetHoldsTheValueOnOneReplica) {
   save_checkpoint(varied_state(mesh, defs, 0, true), dir.path());
   const std::string last_axis = mesh.axis_names().back();
   CheckpointState target = io_testing::make_state(
-      mesh, defs, [&](const ArrayDef& def, std::size_t) { return Spec(std::vector<Axes>(def.shape.size()), {last_axis}); },
-      false);
+      mesh, defs,
+      [&](const ArrayDef& def, std::size_t) { return Spec(std::vector<Axes>(def.shape.size()), {last_axis}); }, false);
   CheckpointState restored = restore_checkpoint(dir.path(), target);
   io_testing::expect_state_equals_reference(restored, defs, "partial target");
 }
@@ -159,7 +159,8 @@ TEST(CheckpointInspect, InfoVerifyAndOneChunkPerBlock) {
     // Chunks are the saved spec's blocks, and there is one chunk per distinct block.
     EXPECT_EQ(array.chunk, saved->value.local().shape()) << array.path;
     H5Handle handle = file_handle(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), "H5Fopen", file);
-    H5Handle dataset = dataset_handle(H5Dopen2(handle.get(), ("/" + array.path).c_str(), H5P_DEFAULT), "H5Dopen2", file);
+    H5Handle dataset =
+        dataset_handle(H5Dopen2(handle.get(), ("/" + array.path).c_str(), H5P_DEFAULT), "H5Dopen2", file);
     H5Handle space = dataspace_handle(H5Dget_space(dataset.get()), "H5Dget_space", file);
     hsize_t chunks = 0;
     check_h5(H5Dget_num_chunks(dataset.get(), space.get(), &chunks), "H5Dget_num_chunks", file);
@@ -190,9 +191,9 @@ TEST(CheckpointInspect, H5dumpShowsDatasetsAndAttributes) {
   const std::string header = run_and_capture(std::string(TESSERA_H5DUMP) + " -H -p " + file + " 2>&1");
   for (const char* expected :
        {"GROUP \"params\"", "GROUP \"opt_state\"", "DATASET \"W1\"", "DATASET \"count\"", "ATTRIBUTE \"format\"",
-        "ATTRIBUTE \"format_version\"", "ATTRIBUTE \"mesh_axis_names\"", "ATTRIBUTE \"config\"",
-        "ATTRIBUTE \"spec\"", "ATTRIBUTE \"logical_names\"", "ATTRIBUTE \"dtype\"", "CHECKSUM FLETCHER32",
-        "H5T_IEEE_F32LE", "H5T_IEEE_F64LE", "H5T_STD_I32LE", "DATASPACE  SIMPLE { ( 8, 16 ) / ( 8, 16 ) }"}) {
+        "ATTRIBUTE \"format_version\"", "ATTRIBUTE \"mesh_axis_names\"", "ATTRIBUTE \"config\"", "ATTRIBUTE \"spec\"",
+        "ATTRIBUTE \"logical_names\"", "ATTRIBUTE \"dtype\"", "CHECKSUM FLETCHER32", "H5T_IEEE_F32LE", "H5T_IEEE_F64LE",
+        "H5T_STD_I32LE", "DATASPACE  SIMPLE { ( 8, 16 ) / ( 8, 16 ) }"}) {
     EXPECT_NE(header.find(expected), std::string::npos) << "h5dump -H -p lacks " << expected << ":\n" << header;
   }
   const std::string format = run_and_capture(std::string(TESSERA_H5DUMP) + " -a /format " + file + " 2>&1");
