@@ -1,0 +1,160 @@
+// Two-phase commit of checkpoint files with POSIX rename, which is atomic within a directory:
+// a reader sees either no ckpt_<step>.h5 or the complete file, never a partial one.
+#include "io/atomic_dir.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "io/checkpoint.h"
+
+namespace tessera::checkpoint_dir {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string errno_text() { return std::strerror(errno); }
+
+constexpr std::string_view prefix = "ckpt_";
+constexpr std::string_view extension = ".h5";
+
+}  // namespace
+
+std::string file_name(std::int64_t step) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "ckpt_%08lld.h5", static_cast<long long>(step));
+  return buffer;
+}
+
+std::optional<std::int64_t> parse_file_name(std::string_view name) {
+  if (name.size() <= prefix.size() + extension.size() || !name.starts_with(prefix) || !name.ends_with(extension)) {
+    return std::nullopt;
+  }
+  std::string_view digits = name.substr(prefix.size(), name.size() - prefix.size() - extension.size());
+  if (digits.size() < 8) return std::nullopt;
+  std::int64_t step = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return std::nullopt;
+    step = step * 10 + (c - '0');
+  }
+  return step;
+}
+
+void make_directories(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw IoError("checkpoint directory '" + dir + "': cannot create: " + ec.message());
+  if (!fs::is_directory(dir, ec)) throw IoError("checkpoint directory '" + dir + "': not a directory");
+}
+
+std::vector<std::pair<std::int64_t, std::string>> list_complete(const std::string& dir) {
+  std::vector<std::pair<std::int64_t, std::string>> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    auto step = parse_file_name(it->path().filename().string());
+    if (step && it->is_regular_file(ec)) out.emplace_back(*step, it->path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void sync_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw IoError("file '" + path + "': cannot open for fsync: " + errno_text());
+  int rc = ::fsync(fd);
+  std::string error = rc != 0 ? errno_text() : std::string();
+  ::close(fd);
+  if (rc != 0) throw IoError("file '" + path + "': fsync failed: " + error);
+}
+
+void sync_directory(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) throw IoError("checkpoint directory '" + dir + "': cannot open for fsync: " + errno_text());
+  int rc = ::fsync(fd);
+  std::string error = rc != 0 ? errno_text() : std::string();
+  ::close(fd);
+  if (rc != 0) throw IoError("checkpoint directory '" + dir + "': fsync failed: " + error);
+}
+
+void commit(const std::string& temporary, const std::string& final_path) {
+  const std::string dir = fs::path(final_path).parent_path().string();
+  sync_file(temporary);
+  if (std::rename(temporary.c_str(), final_path.c_str()) != 0) {
+    throw IoError("file '" + temporary + "': cannot rename to '" + final_path + "': " + errno_text());
+  }
+  sync_directory(dir);
+  // The pointer is a convenience for people and tools; the rename above is the commit point.
+  const std::string pointer = (fs::path(dir) / latest_name).string();
+  const std::string pointer_temporary = pointer + temporary_suffix;
+  {
+    std::ofstream out(pointer_temporary, std::ios::trunc);
+    out << fs::path(final_path).filename().string() << '\n';
+    out.flush();
+    if (!out) throw IoError("file '" + pointer_temporary + "': cannot write the latest pointer");
+  }
+  sync_file(pointer_temporary);
+  if (std::rename(pointer_temporary.c_str(), pointer.c_str()) != 0) {
+    throw IoError("file '" + pointer + "': cannot update the latest pointer: " + errno_text());
+  }
+  sync_directory(dir);
+}
+
+std::vector<std::string> prune(const std::string& dir, int keep) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  auto complete = list_complete(dir);
+  if (keep > 0 && static_cast<int>(complete.size()) > keep) {
+    for (std::size_t i = 0; i + keep < complete.size(); ++i) {
+      if (fs::remove(complete[i].second, ec)) removed.push_back(complete[i].second);
+    }
+  }
+  // Collected first: removing entries while iterating a directory is unspecified.
+  std::vector<fs::path> leftovers;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!name.ends_with(temporary_suffix)) continue;
+    const std::string base = name.substr(0, name.size() - std::strlen(temporary_suffix));
+    if (parse_file_name(base) || base == latest_name) leftovers.push_back(it->path());
+  }
+  for (const auto& path : leftovers) {
+    std::error_code remove_error;
+    if (fs::remove(path, remove_error)) removed.push_back(path.string());
+  }
+  return removed;
+}
+
+void test_kill_point(std::string_view point, int rank) {
+  const char* value = std::getenv("TESSERA_CHECKPOINT_TEST_KILL");
+  if (value == nullptr) return;
+  const std::string wanted = std::string(point) + ":" + std::to_string(rank);
+  if (wanted == value) {
+    std::fprintf(stderr, "TESSERA_CHECKPOINT_TEST_KILL: rank %d kills itself at '%s'\n", rank,
+                 std::string(point).c_str());
+    std::fflush(stderr);
+    std::raise(SIGKILL);
+  }
+}
+
+}  // namespace tessera::checkpoint_dir
+
+namespace tessera {
+
+// The rename is the commit point, so the newest complete file wins even when the process died
+// between the rename and the `latest` update; `latest` itself is for people and tools.
+std::optional<std::string> latest_checkpoint(const std::string& dir) {
+  auto complete = checkpoint_dir::list_complete(dir);
+  if (complete.empty()) return std::nullopt;
+  return complete.back().second;
+}
+
+}  // namespace tessera

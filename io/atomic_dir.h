@@ -1,0 +1,47 @@
+// The checkpoint directory: file names, the two-phase commit (temporary name, fsync, rename,
+// `latest` pointer), pruning to the last K, and cleaning leftovers of interrupted saves. Local
+// POSIX operations only; save_checkpoint runs them on rank 0 after every rank closed the file.
+//   <dir>/ckpt_00000010.h5        a complete checkpoint (only ever created by rename)
+//   <dir>/ckpt_00000010.h5.tmp    a checkpoint being written, or the leftover of a killed save
+//   <dir>/latest                  one line, the file name of the newest complete checkpoint
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace tessera::checkpoint_dir {
+
+inline constexpr const char* latest_name = "latest";
+inline constexpr const char* temporary_suffix = ".tmp";
+
+// "ckpt_00000010.h5"
+std::string file_name(std::int64_t step);
+// The step of a complete checkpoint's file name, or nullopt for any other name.
+std::optional<std::int64_t> parse_file_name(std::string_view name);
+
+// mkdir -p; throws IoError naming the directory.
+void make_directories(const std::string& dir);
+// Complete checkpoints in `dir` as (step, path), oldest first. Empty when dir does not exist.
+std::vector<std::pair<std::int64_t, std::string>> list_complete(const std::string& dir);
+
+// fsync of a file's data, and of a directory's entries (so a rename is durable).
+void sync_file(const std::string& path);
+void sync_directory(const std::string& dir);
+
+// Makes `temporary` visible as `final_path` (fsync, rename, fsync of the directory) and then
+// points `latest` at it (written to a temporary name and renamed too). Throws IoError.
+void commit(const std::string& temporary, const std::string& final_path);
+// Removes complete checkpoints beyond the newest `keep` (keep <= 0: none) and every leftover
+// temporary file. Returns the removed paths.
+std::vector<std::string> prune(const std::string& dir, int keep);
+
+// Test hook: when the environment variable TESSERA_CHECKPOINT_TEST_KILL is "<point>:<rank>"
+// and this process is that rank, it kills itself with SIGKILL here. Points used by save:
+// "after_write" (data written, file still open) and "before_rename" (closed, not committed).
+void test_kill_point(std::string_view point, int rank);
+
+}  // namespace tessera::checkpoint_dir

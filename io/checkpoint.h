@@ -1,0 +1,72 @@
+// HDF5 checkpoints of sharded state through parallel HDF5 (MPI-IO): save on one mesh, restore
+// onto any mesh and spec, each rank touching only its own block. The file layout is in
+// README.md ("Checkpoint format") and io/checkpoint_format.h.
+//
+// Errors are IoError. Errors one rank alone sees (a file it cannot open, a checksum failure in
+// the block it reads) are agreed on with one collective, so every rank throws the same IoError.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/shape.h"
+#include "io/checkpoint_state.h"
+
+namespace tessera {
+
+struct SaveOptions {
+  // Complete checkpoints kept in the directory after a save (the new one included); <= 0 keeps all.
+  int keep = 3;
+};
+
+// Collective over the arrays' mesh (MPI_COMM_WORLD when there are no arrays). Writes
+// <dir>/ckpt_<step, 8 digits>.h5 atomically: under a temporary name, fsync'd after every rank
+// closed it, then one rename by rank 0, then the `latest` pointer file, then checkpoints beyond
+// `keep` and leftovers of interrupted saves are removed. Returns the final path. Arrays must be
+// on one mesh and not partial (reshard them first). Each block is written once: only the
+// replica at coordinate 0 of every mesh axis the spec does not use writes.
+std::string save_checkpoint(const CheckpointState& state, const std::string& dir, const SaveOptions& options = {});
+
+// Collective over the target arrays' mesh. `dir_or_file` is a checkpoint file or a directory
+// (its latest complete checkpoint). `target` lists the arrays wanted with the mesh, spec, global
+// shape and dtype wanted; each rank reads only its block of the TARGET spec. Format name and
+// version, presence, global shape, dtype and every chunk's Fletcher32 checksum are validated
+// before returning; the returned state holds the step, seed, config and the filled arrays.
+CheckpointState restore_checkpoint(const std::string& dir_or_file, const CheckpointState& target);
+
+// The newest complete checkpoint in `dir`, or nullopt. Local (no MPI).
+std::optional<std::string> latest_checkpoint(const std::string& dir);
+
+struct CheckpointArrayInfo {
+  std::string path;  // without leading slash, as in CheckpointArray
+  Shape shape;
+  std::string spec;  // JAX-style text, as saved
+  std::vector<std::string> logical_names;
+  DType dtype = DType::f32;
+  std::vector<std::int64_t> chunk;  // chunk shape in the file (empty when not chunked)
+};
+
+struct CheckpointInfo {
+  std::string file;
+  std::string format;
+  std::int64_t version = 0;
+  std::int64_t step = 0;
+  std::uint64_t seed = 0;
+  std::string config;
+  std::vector<std::string> mesh_axis_names;
+  std::vector<int> mesh_axis_sizes;
+  std::vector<CheckpointArrayInfo> arrays;  // sorted by path
+};
+
+// Reads the root attributes and every array's metadata (no data). Local: may run on one rank.
+// Throws IoError naming the file (and dataset) when it is not a tessera checkpoint.
+CheckpointInfo read_checkpoint_info(const std::string& file);
+
+// Reads every chunk of every dataset so each Fletcher32 checksum is checked. Local. Returns true
+// when all pass; `report` (optional) gets one line per array and the first failure's message.
+bool verify_checkpoint(const std::string& file, std::string* report = nullptr);
+
+}  // namespace tessera

@@ -1,0 +1,275 @@
+// Attribute and type helpers of the checkpoint layout. Strings are fixed-length, null-terminated
+// UTF-8 (readable by h5dump and h5py without variable-length memory to reclaim).
+#include "io/checkpoint_format.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "io/hdf5_handle.h"
+
+namespace tessera::checkpoint_format {
+
+std::string file_context(const std::string& file) { return "file '" + file + "'"; }
+
+std::string dataset_context(const std::string& file, const std::string& path) {
+  return "file '" + file + "', dataset '" + dataset_name(path) + "'";
+}
+
+void validate_array_path(const std::string& path) {
+  if (path.empty()) throw IoError("checkpoint: an array has an empty path");
+  std::size_t start = 0;
+  while (true) {
+    std::size_t end = path.find('/', start);
+    std::string part = path.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    if (part.empty() || part == "." || part == "..") {
+      throw IoError("checkpoint: array path '" + path +
+                    "' must be slash-separated names without a leading slash, empty, '.' or '..' parts");
+    }
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+}
+
+hid_t memory_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+      return H5T_NATIVE_FLOAT;
+    case DType::f64:
+      return H5T_NATIVE_DOUBLE;
+    case DType::i32:
+      return H5T_NATIVE_INT32;
+  }
+  return H5T_NATIVE_FLOAT;
+}
+
+hid_t file_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+      return H5T_IEEE_F32LE;
+    case DType::f64:
+      return H5T_IEEE_F64LE;
+    case DType::i32:
+      return H5T_STD_I32LE;
+  }
+  return H5T_IEEE_F32LE;
+}
+
+bool type_matches(hid_t dataset_type, DType dtype) {
+  const H5T_class_t want_class = dtype == DType::i32 ? H5T_INTEGER : H5T_FLOAT;
+  if (H5Tget_class(dataset_type) != want_class) return false;
+  if (H5Tget_size(dataset_type) != dtype_size(dtype)) return false;
+  if (want_class == H5T_INTEGER && H5Tget_sign(dataset_type) != H5T_SGN_2) return false;
+  return true;
+}
+
+std::vector<hsize_t> chunk_shape(const Shape& block, DType dtype) {
+  std::vector<hsize_t> chunk(block.begin(), block.end());
+  for (auto& c : chunk) c = std::max<hsize_t>(c, 1);
+  constexpr std::uint64_t limit = (std::uint64_t{1} << 32) - 1;
+  auto bytes = [&] {
+    std::uint64_t n = dtype_size(dtype);
+    for (auto c : chunk) n *= c;
+    return n;
+  };
+  for (std::size_t d = 0; bytes() > limit && d < chunk.size();) {
+    if (chunk[d] > 1) {
+      chunk[d] = (chunk[d] + 1) / 2;
+    } else {
+      ++d;
+    }
+  }
+  return chunk;
+}
+
+namespace {
+
+H5Handle string_type(std::size_t length, std::string_view context) {
+  H5Handle type = type_handle(H5Tcopy(H5T_C_S1), "H5Tcopy", context);
+  check_h5(H5Tset_size(type.get(), std::max<std::size_t>(length, 1)), "H5Tset_size", context);
+  check_h5(H5Tset_strpad(type.get(), H5T_STR_NULLTERM), "H5Tset_strpad", context);
+  check_h5(H5Tset_cset(type.get(), H5T_CSET_UTF8), "H5Tset_cset", context);
+  return type;
+}
+
+std::string attribute_context(std::string_view context, const char* name) {
+  return std::string(context) + ", attribute '" + name + "'";
+}
+
+void write_attribute(hid_t object, const char* name, hid_t type, hid_t space, const void* data,
+                     std::string_view context) {
+  const std::string where = attribute_context(context, name);
+  if (H5Aexists(object, name) > 0) check_h5(H5Adelete(object, name), "H5Adelete", where);
+  H5Handle attribute =
+      attribute_handle(H5Acreate2(object, name, type, space, H5P_DEFAULT, H5P_DEFAULT), "H5Acreate2", where);
+  if (data != nullptr) check_h5(H5Awrite(attribute.get(), type, data), "H5Awrite", where);
+  attribute.close(where);
+}
+
+H5Handle open_attribute(hid_t object, const char* name, std::string_view context) {
+  const std::string where = attribute_context(context, name);
+  htri_t exists = H5Aexists(object, name);
+  check_h5(exists, "H5Aexists", where);
+  if (exists == 0) throw IoError(std::string(context) + ": attribute '" + name + "' is missing");
+  return attribute_handle(H5Aopen(object, name, H5P_DEFAULT), "H5Aopen", where);
+}
+
+// The number of elements of an attribute's dataspace (0 for a null dataspace).
+hssize_t attribute_elements(hid_t attribute, std::string_view where) {
+  H5Handle space = dataspace_handle(H5Aget_space(attribute), "H5Aget_space", where);
+  if (H5Sget_simple_extent_type(space.get()) == H5S_NULL) return 0;
+  hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  check_h5(static_cast<herr_t>(n < 0 ? -1 : 0), "H5Sget_simple_extent_npoints", where);
+  return n;
+}
+
+H5T_class_t attribute_class(hid_t attribute, std::string_view where, std::size_t* size = nullptr) {
+  H5Handle type = type_handle(H5Aget_type(attribute), "H5Aget_type", where);
+  if (size != nullptr) *size = H5Tget_size(type.get());
+  return H5Tget_class(type.get());
+}
+
+}  // namespace
+
+void write_string_attribute(hid_t object, const char* name, std::string_view value, std::string_view context) {
+  H5Handle type = string_type(value.size() + 1, context);
+  H5Handle space = dataspace_handle(H5Screate(H5S_SCALAR), "H5Screate", context);
+  std::string buffer(value);
+  buffer.push_back('\0');
+  write_attribute(object, name, type.get(), space.get(), buffer.data(), context);
+}
+
+void write_int64_attribute(hid_t object, const char* name, std::int64_t value, std::string_view context) {
+  H5Handle space = dataspace_handle(H5Screate(H5S_SCALAR), "H5Screate", context);
+  H5Handle type = type_handle(H5Tcopy(H5T_STD_I64LE), "H5Tcopy", context);
+  const std::string where = attribute_context(context, name);
+  if (H5Aexists(object, name) > 0) check_h5(H5Adelete(object, name), "H5Adelete", where);
+  H5Handle attribute = attribute_handle(H5Acreate2(object, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                                        "H5Acreate2", where);
+  check_h5(H5Awrite(attribute.get(), H5T_NATIVE_INT64, &value), "H5Awrite", where);
+  attribute.close(where);
+}
+
+void write_uint64_attribute(hid_t object, const char* name, std::uint64_t value, std::string_view context) {
+  H5Handle space = dataspace_handle(H5Screate(H5S_SCALAR), "H5Screate", context);
+  const std::string where = attribute_context(context, name);
+  H5Handle attribute = attribute_handle(H5Acreate2(object, name, H5T_STD_U64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                                        "H5Acreate2", where);
+  check_h5(H5Awrite(attribute.get(), H5T_NATIVE_UINT64, &value), "H5Awrite", where);
+  attribute.close(where);
+}
+
+void write_string_array_attribute(hid_t object, const char* name, const std::vector<std::string>& values,
+                                  std::string_view context) {
+  std::size_t width = 1;
+  for (const auto& v : values) width = std::max(width, v.size() + 1);
+  H5Handle type = string_type(width, context);
+  if (values.empty()) {
+    H5Handle space = dataspace_handle(H5Screate(H5S_NULL), "H5Screate", context);
+    write_attribute(object, name, type.get(), space.get(), nullptr, context);
+    return;
+  }
+  const hsize_t n = values.size();
+  H5Handle space = dataspace_handle(H5Screate_simple(1, &n, nullptr), "H5Screate_simple", context);
+  std::vector<char> buffer(width * values.size(), '\0');
+  for (std::size_t i = 0; i < values.size(); ++i) std::memcpy(&buffer[i * width], values[i].data(), values[i].size());
+  write_attribute(object, name, type.get(), space.get(), buffer.data(), context);
+}
+
+void write_int64_array_attribute(hid_t object, const char* name, const std::vector<std::int64_t>& values,
+                                 std::string_view context) {
+  const hsize_t n = values.size();
+  H5Handle space = values.empty() ? dataspace_handle(H5Screate(H5S_NULL), "H5Screate", context)
+                                  : dataspace_handle(H5Screate_simple(1, &n, nullptr), "H5Screate_simple", context);
+  const std::string where = attribute_context(context, name);
+  H5Handle attribute = attribute_handle(H5Acreate2(object, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                                        "H5Acreate2", where);
+  if (!values.empty()) check_h5(H5Awrite(attribute.get(), H5T_NATIVE_INT64, values.data()), "H5Awrite", where);
+  attribute.close(where);
+}
+
+bool has_attribute(hid_t object, const char* name, std::string_view context) {
+  htri_t exists = H5Aexists(object, name);
+  check_h5(exists, "H5Aexists", attribute_context(context, name));
+  return exists > 0;
+}
+
+std::string read_string_attribute(hid_t object, const char* name, std::string_view context) {
+  const std::string where = attribute_context(context, name);
+  H5Handle attribute = open_attribute(object, name, context);
+  std::size_t size = 0;
+  if (attribute_class(attribute.get(), where, &size) != H5T_STRING || attribute_elements(attribute.get(), where) != 1) {
+    throw IoError(std::string(context) + ": attribute '" + name + "' is not a string");
+  }
+  H5Handle type = string_type(size, where);
+  std::string buffer(size, '\0');
+  check_h5(H5Aread(attribute.get(), type.get(), buffer.data()), "H5Aread", where);
+  buffer.resize(std::strlen(buffer.c_str()));
+  return buffer;
+}
+
+std::int64_t read_int64_attribute(hid_t object, const char* name, std::string_view context) {
+  const std::string where = attribute_context(context, name);
+  H5Handle attribute = open_attribute(object, name, context);
+  if (attribute_class(attribute.get(), where) != H5T_INTEGER || attribute_elements(attribute.get(), where) != 1) {
+    throw IoError(std::string(context) + ": attribute '" + name + "' is not an integer");
+  }
+  std::int64_t value = 0;
+  check_h5(H5Aread(attribute.get(), H5T_NATIVE_INT64, &value), "H5Aread", where);
+  return value;
+}
+
+std::uint64_t read_uint64_attribute(hid_t object, const char* name, std::string_view context) {
+  const std::string where = attribute_context(context, name);
+  H5Handle attribute = open_attribute(object, name, context);
+  if (attribute_class(attribute.get(), where) != H5T_INTEGER || attribute_elements(attribute.get(), where) != 1) {
+    throw IoError(std::string(context) + ": attribute '" + name + "' is not an integer");
+  }
+  std::uint64_t value = 0;
+  check_h5(H5Aread(attribute.get(), H5T_NATIVE_UINT64, &value), "H5Aread", where);
+  return value;
+}
+
+std::vector<std::string> read_string_array_attribute(hid_t object, const char* name, std::string_view context) {
+  const std::string where = attribute_context(context, name);
+  H5Handle attribute = open_attribute(object, name, context);
+  std::size_t width = 0;
+  if (attribute_class(attribute.get(), where, &width) != H5T_STRING) {
+    throw IoError(std::string(context) + ": attribute '" + name + "' is not a string array");
+  }
+  const hssize_t n = attribute_elements(attribute.get(), where);
+  if (n == 0) return {};
+  H5Handle type = string_type(width, where);
+  std::vector<char> buffer(width * static_cast<std::size_t>(n), '\0');
+  check_h5(H5Aread(attribute.get(), type.get(), buffer.data()), "H5Aread", where);
+  std::vector<std::string> values;
+  for (hssize_t i = 0; i < n; ++i) {
+    const char* start = &buffer[static_cast<std::size_t>(i) * width];
+    values.emplace_back(start, strnlen(start, width));
+  }
+  return values;
+}
+
+std::vector<std::int64_t> read_int64_array_attribute(hid_t object, const char* name, std::string_view context) {
+  const std::string where = attribute_context(context, name);
+  H5Handle attribute = open_attribute(object, name, context);
+  if (attribute_class(attribute.get(), where) != H5T_INTEGER) {
+    throw IoError(std::string(context) + ": attribute '" + name + "' is not an integer array");
+  }
+  const hssize_t n = attribute_elements(attribute.get(), where);
+  std::vector<std::int64_t> values(static_cast<std::size_t>(n));
+  if (n > 0) check_h5(H5Aread(attribute.get(), H5T_NATIVE_INT64, values.data()), "H5Aread", where);
+  return values;
+}
+
+Shape dataset_shape(hid_t dataset, std::string_view context) {
+  H5Handle space = dataspace_handle(H5Dget_space(dataset), "H5Dget_space", context);
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  check_h5(rank < 0 ? -1 : 0, "H5Sget_simple_extent_ndims", context);
+  std::vector<hsize_t> dims(rank);
+  if (rank > 0)
+    check_h5(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr), "H5Sget_simple_extent_dims", context);
+  return Shape(dims.begin(), dims.end());
+}
+
+}  // namespace tessera::checkpoint_format

@@ -1,0 +1,82 @@
+// The tessera checkpoint layout (format "tessera-checkpoint", version 1) and the attribute
+// helpers that read and write it. One place names every attribute, so save, restore, info and
+// the README agree:
+//   root:     format, format_version, step, seed, config, mesh_axis_names, mesh_axis_sizes, mesh
+//   /<path>:  one dataset per array with its GLOBAL shape and HDF5 element type; attributes
+//             spec (JAX text), logical_names (string array), dtype ("f32", "f64", "i32").
+//   chunks:   the saved spec's block shape, Fletcher32 per chunk; scalars are compact datasets
+//             (kept in the object header, whose checksum covers them).
+#pragma once
+
+#include <hdf5.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/shape.h"
+
+namespace tessera::checkpoint_format {
+
+inline constexpr std::string_view format_name = "tessera-checkpoint";
+inline constexpr std::int64_t format_version = 1;
+
+// Root attributes.
+inline constexpr const char* attr_format = "format";
+inline constexpr const char* attr_version = "format_version";
+inline constexpr const char* attr_step = "step";
+inline constexpr const char* attr_seed = "seed";
+inline constexpr const char* attr_config = "config";
+inline constexpr const char* attr_mesh_names = "mesh_axis_names";
+inline constexpr const char* attr_mesh_sizes = "mesh_axis_sizes";
+inline constexpr const char* attr_mesh = "mesh";
+// Dataset attributes.
+inline constexpr const char* attr_spec = "spec";
+inline constexpr const char* attr_logical_names = "logical_names";
+inline constexpr const char* attr_dtype = "dtype";
+
+// Throws IoError unless `path` is a relative slash-separated path with non-empty components
+// other than "." and "..".
+void validate_array_path(const std::string& path);
+// The HDF5 name of an array's dataset: "/" + path.
+inline std::string dataset_name(const std::string& path) { return "/" + path; }
+
+// The HDF5 type of an element in memory (native) and in the file (little-endian standard).
+hid_t memory_type(DType dtype);
+hid_t file_type(DType dtype);
+// True when the dataset's HDF5 type is the file type of `dtype` (class, size, sign).
+bool type_matches(hid_t dataset_type, DType dtype);
+
+// The chunk shape for a dataset saved with blocks of `block` elements: the block itself, with
+// leading dimensions halved while a chunk would exceed HDF5's 4 GiB chunk limit.
+std::vector<hsize_t> chunk_shape(const Shape& block, DType dtype);
+
+// Attribute writers (collective in a parallel file: every rank writes the same value).
+// `context` names the file and object in error messages.
+void write_string_attribute(hid_t object, const char* name, std::string_view value, std::string_view context);
+void write_int64_attribute(hid_t object, const char* name, std::int64_t value, std::string_view context);
+void write_uint64_attribute(hid_t object, const char* name, std::uint64_t value, std::string_view context);
+void write_string_array_attribute(hid_t object, const char* name, const std::vector<std::string>& values,
+                                  std::string_view context);
+void write_int64_array_attribute(hid_t object, const char* name, const std::vector<std::int64_t>& values,
+                                 std::string_view context);
+
+// Attribute readers; throw IoError("<context>: attribute '<name>' ...") when it is missing or
+// of another kind.
+bool has_attribute(hid_t object, const char* name, std::string_view context);
+std::string read_string_attribute(hid_t object, const char* name, std::string_view context);
+std::int64_t read_int64_attribute(hid_t object, const char* name, std::string_view context);
+std::uint64_t read_uint64_attribute(hid_t object, const char* name, std::string_view context);
+std::vector<std::string> read_string_array_attribute(hid_t object, const char* name, std::string_view context);
+std::vector<std::int64_t> read_int64_array_attribute(hid_t object, const char* name, std::string_view context);
+
+// The global shape of a dataset.
+Shape dataset_shape(hid_t dataset, std::string_view context);
+
+// "file 'x.h5'" and "file 'x.h5', dataset '/params/W1'" for messages.
+std::string file_context(const std::string& file);
+std::string dataset_context(const std::string& file, const std::string& path);
+
+}  // namespace tessera::checkpoint_format

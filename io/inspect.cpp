@@ -1,0 +1,158 @@
+// read_checkpoint_info and verify_checkpoint: one process opens the file on its own (no MPI-IO),
+// for ckpt_tool and for checks after a save.
+#include <algorithm>
+#include <filesystem>
+#include <sstream>
+
+#include "core/error.h"
+#include "io/checkpoint.h"
+#include "io/checkpoint_format.h"
+#include "io/parallel_file.h"
+
+namespace tessera {
+
+namespace format = checkpoint_format;
+
+namespace {
+
+H5Handle open_local(const std::string& file) {
+  quiet_hdf5_errors();
+  const std::string context = format::file_context(file);
+  std::error_code ec;
+  if (!std::filesystem::exists(file, ec)) throw IoError(context + " does not exist");
+  htri_t is_hdf5 = H5Fis_hdf5(file.c_str());
+  check_h5(is_hdf5, "H5Fis_hdf5", context);
+  if (is_hdf5 == 0) throw IoError(context + " is not an HDF5 file");
+  H5Handle access = checkpoint_io::local_file_access(context);
+  return file_handle(H5Fopen(file.c_str(), H5F_ACC_RDONLY, access.get()), "H5Fopen", context);
+}
+
+herr_t collect_dataset(hid_t, const char* name, const H5O_info_t* info, void* data) {
+  if (info->type == H5O_TYPE_DATASET) static_cast<std::vector<std::string>*>(data)->push_back(name);
+  return 0;
+}
+
+// Paths (without leading slash) of every dataset in the file, sorted.
+std::vector<std::string> dataset_paths(hid_t file, const std::string& context) {
+  std::vector<std::string> paths;
+  check_h5(H5Ovisit2(file, H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &paths, H5O_INFO_BASIC), "H5Ovisit2", context);
+  std::sort(paths.begin(), paths.end());
+  return paths;
+}
+
+CheckpointArrayInfo array_info(hid_t file, const std::string& path, const std::string& file_name) {
+  const std::string context = format::dataset_context(file_name, path);
+  H5Handle dataset =
+      dataset_handle(H5Dopen2(file, format::dataset_name(path).c_str(), H5P_DEFAULT), "H5Dopen2", context);
+  CheckpointArrayInfo info;
+  info.path = path;
+  info.shape = format::dataset_shape(dataset.get(), context);
+  info.spec = format::read_string_attribute(dataset.get(), format::attr_spec, context);
+  info.logical_names = format::read_string_array_attribute(dataset.get(), format::attr_logical_names, context);
+  const std::string dtype = format::read_string_attribute(dataset.get(), format::attr_dtype, context);
+  try {
+    info.dtype = parse_dtype(dtype);
+  } catch (const Error&) {
+    throw IoError(context + ": unknown dtype '" + dtype + "'");
+  }
+  H5Handle create = plist_handle(H5Dget_create_plist(dataset.get()), "H5Dget_create_plist", context);
+  if (H5Pget_layout(create.get()) == H5D_CHUNKED) {
+    std::vector<hsize_t> chunk(info.shape.size());
+    check_h5(H5Pget_chunk(create.get(), static_cast<int>(chunk.size()), chunk.data()), "H5Pget_chunk", context);
+    info.chunk.assign(chunk.begin(), chunk.end());
+  }
+  return info;
+}
+
+// Reads the dataset chunk by chunk (whole when not chunked): HDF5 checks each chunk's Fletcher32
+// as it reads it. Returns the number of chunks read.
+std::int64_t read_every_chunk(hid_t file, const CheckpointArrayInfo& info, const std::string& file_name) {
+  const std::string context = format::dataset_context(file_name, info.path);
+  H5Handle dataset =
+      dataset_handle(H5Dopen2(file, format::dataset_name(info.path).c_str(), H5P_DEFAULT), "H5Dopen2", context);
+  const Shape chunk = info.chunk.empty() ? info.shape : Shape(info.chunk.begin(), info.chunk.end());
+  if (numel(info.shape) == 0) return 0;
+  const int rank = static_cast<int>(info.shape.size());
+  std::vector<std::byte> buffer(static_cast<std::size_t>(numel(chunk)) * dtype_size(info.dtype));
+  std::vector<std::int64_t> start(rank, 0);
+  std::int64_t chunks = 0;
+  while (true) {
+    Shape count(rank);
+    for (int d = 0; d < rank; ++d) count[d] = std::min(chunk[d], info.shape[d] - start[d]);
+    H5Handle file_space = checkpoint_io::select_block(dataset.get(), start, count, true, context);
+    H5Handle memory = checkpoint_io::memory_space(count, true, context);
+    herr_t status = H5Dread(dataset.get(), format::memory_type(info.dtype), memory.get(), file_space.get(), H5P_DEFAULT,
+                            buffer.data());
+    if (status < 0) {
+      throw IoError(context + ": chunk at " + shape_to_string(Shape(start.begin(), start.end())) +
+                    " failed to read (Fletcher32 checksum or I/O error): " + take_hdf5_error_stack());
+    }
+    ++chunks;
+    int d = rank - 1;
+    for (; d >= 0; --d) {
+      start[d] += chunk[d];
+      if (start[d] < info.shape[d]) break;
+      start[d] = 0;
+    }
+    if (d < 0) break;
+  }
+  return chunks;
+}
+
+}  // namespace
+
+CheckpointInfo read_checkpoint_info(const std::string& file) {
+  H5Handle handle = open_local(file);
+  const std::string context = format::file_context(file);
+  CheckpointInfo info;
+  info.file = file;
+  if (!format::has_attribute(handle.get(), format::attr_format, context)) {
+    throw IoError(context + ": not a tessera checkpoint (no '" + format::attr_format + "' attribute)");
+  }
+  info.format = format::read_string_attribute(handle.get(), format::attr_format, context);
+  info.version = format::read_int64_attribute(handle.get(), format::attr_version, context);
+  if (info.format != format::format_name || info.version != format::format_version) {
+    throw IoError(context + ": format '" + info.format + "' version " + std::to_string(info.version) +
+                  ", this build reads '" + std::string(format::format_name) + "' version " +
+                  std::to_string(format::format_version));
+  }
+  info.step = format::read_int64_attribute(handle.get(), format::attr_step, context);
+  info.seed = format::read_uint64_attribute(handle.get(), format::attr_seed, context);
+  info.config = format::read_string_attribute(handle.get(), format::attr_config, context);
+  info.mesh_axis_names = format::read_string_array_attribute(handle.get(), format::attr_mesh_names, context);
+  for (auto size : format::read_int64_array_attribute(handle.get(), format::attr_mesh_sizes, context)) {
+    info.mesh_axis_sizes.push_back(static_cast<int>(size));
+  }
+  for (const auto& path : dataset_paths(handle.get(), context))
+    info.arrays.push_back(array_info(handle.get(), path, file));
+  handle.close(context);
+  return info;
+}
+
+bool verify_checkpoint(const std::string& file, std::string* report) {
+  std::ostringstream out;
+  bool ok = true;
+  try {
+    CheckpointInfo info = read_checkpoint_info(file);
+    H5Handle handle = open_local(file);
+    out << "checkpoint " << file << ": step " << info.step << ", " << info.arrays.size() << " arrays\n";
+    for (const auto& array : info.arrays) {
+      try {
+        std::int64_t chunks = read_every_chunk(handle.get(), array, file);
+        out << "ok     /" << array.path << ' ' << dtype_name(array.dtype) << shape_to_string(array.shape) << ", "
+            << chunks << (chunks == 1 ? " chunk" : " chunks") << '\n';
+      } catch (const Error& e) {
+        ok = false;
+        out << "FAILED /" << array.path << ": " << e.what() << '\n';
+      }
+    }
+    handle.close(format::file_context(file));
+  } catch (const Error& e) {
+    ok = false;
+    out << "FAILED: " << e.what() << '\n';
+  }
+  if (report != nullptr) *report = out.str();
+  return ok;
+}
+
+}  // namespace tessera

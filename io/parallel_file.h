@@ -1,0 +1,61 @@
+// What save and restore share: the mesh a state lives on, parallel file access through MPI-IO,
+// the hyperslab of a rank's block, and running a rank-local step whose failure is then agreed
+// on by every rank (so no rank throws alone while another waits in a collective).
+#pragma once
+
+#include <hdf5.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/error.h"
+#include "core/shape.h"
+#include "io/checkpoint_state.h"
+#include "io/hdf5_handle.h"
+#include "mesh/communicator.h"
+#include "mesh/mesh.h"
+
+namespace tessera::checkpoint_io {
+
+// The mesh every array of `state` lives on, or nullptr when there are none. Throws IoError when
+// two arrays are on meshes of different shapes. `what` names the caller in messages.
+const Mesh* common_mesh(const CheckpointState& state, std::string_view what);
+
+// File access through MPI-IO over `comm` (ROMIO: see DESIGN.md), with the 1.8 file format as
+// the oldest allowed so object headers carry checksums.
+H5Handle parallel_file_access(MPI_Comm comm, std::string_view context);
+// The name to give HDF5's MPI-IO driver for `path`. ROMIO reads "xyz:" at the start of a file
+// name as a file-system prefix, so a path with a colon anywhere ("run_data:2/ckpt.h5") is
+// passed as "ufs:<path>" (the generic POSIX driver); other paths go through unchanged.
+std::string mpi_io_name(const std::string& path);
+// File access for one process (info, verify), same format bounds.
+H5Handle local_file_access(std::string_view context);
+// Data transfer: collective or independent MPI-IO.
+H5Handle transfer_properties(H5FD_mpio_xfer_t mode, std::string_view context);
+
+// The file dataspace of `dataset` with the block [offsets, offsets + block) selected, or nothing
+// selected when `take_part` is false (the rank still joins a collective transfer).
+H5Handle select_block(hid_t dataset, const std::vector<std::int64_t>& offsets, const Shape& block, bool take_part,
+                      std::string_view context);
+// The memory dataspace of a block of shape `block` (scalar for rank 0), all or nothing selected.
+H5Handle memory_space(const Shape& block, bool take_part, std::string_view context);
+
+// `root`'s string on every rank (collective).
+std::string broadcast_string(const Communicator& comm, std::string value, int root);
+
+// Runs `step` and returns the message of the tessera::Error (or std::exception) it threw, so
+// the caller can agree on it with first_error before anything else.
+template <class F>
+std::optional<std::string> capture_error(F&& step) {
+  try {
+    step();
+  } catch (const std::exception& e) {
+    return std::string(e.what());
+  }
+  return std::nullopt;
+}
+
+}  // namespace tessera::checkpoint_io

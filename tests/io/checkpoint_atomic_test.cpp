@@ -1,0 +1,79 @@
+// Atomicity: a save in which one rank is killed (SIGKILL) leaves the previous checkpoint as the
+// latest, restorable bit for bit; the partial file is never taken for a complete one; the next
+// save succeeds and removes the leftover. This test is a plain program that runs the MPI jobs
+// itself (mpiexec via std::system) and expects the killed ones to fail.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "io/atomic_dir.h"
+#include "io/checkpoint.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string dir = std::string(TESSERA_IO_TEST_TMP) + "/atomic";
+
+// Exit status of `checkpoint_crash_helper ARGS` on 4 ranks, with an optional kill point.
+int run_helper(const std::string& args, const std::string& kill = "") {
+  std::string command = "timeout 60 " + std::string(TESSERA_MPIEXEC) + " -n 4 " + TESSERA_MPIEXEC_FLAGS;
+  if (!kill.empty())
+    command = "TESSERA_CHECKPOINT_TEST_KILL=" + kill + " " + command + " -x TESSERA_CHECKPOINT_TEST_KILL";
+  command += " " + std::string(TESSERA_CRASH_HELPER) + " " + args + " 2>&1";
+  std::printf("$ %s\n", command.c_str());
+  std::fflush(stdout);
+  int status = std::system(command.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string latest_pointer() {
+  std::ifstream in(dir + "/latest");
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+int temporary_files() {
+  int n = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) n += entry.path().string().ends_with(".tmp");
+  return n;
+}
+
+TEST(CheckpointAtomicity, KilledSaveLeavesThePreviousCheckpointAndIsCleanedByTheNext) {
+  fs::remove_all(dir);
+  ASSERT_EQ(run_helper("save " + dir + " 1"), 0);
+  ASSERT_EQ(latest_checkpoint(dir), dir + "/ckpt_00000001.h5");
+
+  // Rank 1 dies after the file is written and closed, before rank 0 renames it.
+  EXPECT_NE(run_helper("save " + dir + " 2", "before_rename:1"), 0);
+  EXPECT_TRUE(fs::exists(dir + "/ckpt_00000002.h5.tmp"));
+  EXPECT_FALSE(fs::exists(dir + "/ckpt_00000002.h5"));
+  EXPECT_EQ(latest_checkpoint(dir), dir + "/ckpt_00000001.h5");
+  EXPECT_EQ(latest_pointer(), "ckpt_00000001.h5");
+  EXPECT_EQ(run_helper("restore " + dir + " 1"), 0);
+
+  // Rank 1 dies while the file is still open (data written, nothing flushed or closed).
+  EXPECT_NE(run_helper("save " + dir + " 3", "after_write:1"), 0);
+  EXPECT_FALSE(fs::exists(dir + "/ckpt_00000003.h5"));
+  EXPECT_EQ(latest_checkpoint(dir), dir + "/ckpt_00000001.h5");
+  EXPECT_EQ(run_helper("restore " + dir + " 1"), 0);
+
+  // The next save succeeds, becomes the latest and removes the leftovers.
+  EXPECT_EQ(run_helper("save " + dir + " 4"), 0);
+  EXPECT_EQ(temporary_files(), 0);
+  auto complete = checkpoint_dir::list_complete(dir);
+  ASSERT_EQ(complete.size(), 2u);
+  EXPECT_EQ(complete[0].first, 1);
+  EXPECT_EQ(complete[1].first, 4);
+  EXPECT_EQ(latest_pointer(), "ckpt_00000004.h5");
+  EXPECT_EQ(run_helper("restore " + dir + " 4"), 0);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tessera
