@@ -72,15 +72,19 @@ Spec adopt(const std::string& to_letters, const Spec& to, const std::string& fro
   return out;
 }
 
+// Operands after alignment: pointers to the originals or to resharded copies held here. Not
+// copyable or movable, since it points into itself.
 struct Aligned {
+  Aligned() = default;
+  Aligned(const Aligned&) = delete;
+  Aligned& operator=(const Aligned&) = delete;
   ShardedTensor a_store, b_store;
   const ShardedTensor* a = nullptr;
   const ShardedTensor* b = nullptr;
 };
 
 // Reshards at most what the rules require so the operands' specs are consistent.
-Aligned align(const EinsumSubscripts& sub, const ShardedTensor& a, const ShardedTensor& b) {
-  Aligned out;
+void align(const EinsumSubscripts& sub, const ShardedTensor& a, const ShardedTensor& b, Aligned& out) {
   out.a = &a;
   out.b = &b;
   // Partial axes the other operand uses cannot stay partial: reduce them first.
@@ -97,7 +101,7 @@ Aligned align(const EinsumSubscripts& sub, const ShardedTensor& a, const Sharded
     out.b_store = resolve_partial(b);
     out.b = &out.b_store;
   }
-  if (consistent(sub, out.a->spec(), out.b->spec())) return out;
+  if (consistent(sub, out.a->spec(), out.b->spec())) return;
   Spec b_target = adopt(sub.b, out.b->spec(), sub.a, out.a->spec());
   Spec a_target = adopt(sub.a, out.a->spec(), sub.b, out.b->spec());
   const std::int64_t cost_b = reshard_bytes(*out.b, b_target);
@@ -110,7 +114,6 @@ Aligned align(const EinsumSubscripts& sub, const ShardedTensor& a, const Sharded
     out.b_store = reshard(*out.b, b_target);
     out.b = &out.b_store;
   }
-  return out;
 }
 
 Spec result_spec(const EinsumSubscripts& sub, const Spec& sa, const Spec& sb) {
@@ -166,7 +169,8 @@ ShardedTensor einsum(std::string_view subscripts, const ShardedTensor& a, const 
   const auto sub = EinsumSubscripts::parse(subscripts);
   check_operands(sub, a, b);
   Shape shape = result_shape(sub, a, b);
-  Aligned al = align(sub, a, b);
+  Aligned al;
+  align(sub, a, b, al);
   Spec spec = result_spec(sub, al.a->spec(), al.b->spec());
   Tensor local = einsum_local(sub, al.a->local(), al.b->local());
   return ShardedTensor(a.mesh(), std::move(spec), std::move(shape), std::move(local));
