@@ -1,0 +1,94 @@
+// Checkpoints of a TrainState: resume is exact (10 steps straight == 5, save, restore on a new
+// communicator, 5 more: bit-identical), and a state saved on one mesh restores onto every mesh
+// of this rank count with the same global values, optimizer state and step included.
+#include <gtest/gtest.h>
+
+#include "io/train_state_io.h"
+#include "nn/layers.h"
+#include "nn/ops.h"
+#include "tests/io/io_test_support.h"
+
+namespace tessera {
+namespace {
+
+using io_testing::TempDir;
+using testing_support::meshes_of_size;
+using testing_support::world_size;
+
+const nn::MLP kModel{2, 32, false, true};
+const Shape kInput = {8, 16};
+
+nn::LossFn loss_fn() {
+  return [](const nn::VarTree& params, const nn::Batch& batch) {
+    return nn::sum_loss(kModel.apply(nn::ParamView(params), nn::ApplyContext{nn::tutorial_rules()}, nn::Var(batch.x)));
+  };
+}
+
+// The batch of step s: drawn from the RNG keyed by (seed, "data/<s>"), so it is the same
+// whenever the step is run.
+nn::Batch batch_of(const Mesh& mesh, std::int64_t step) {
+  const RngKey key = rng_key(3, "data/" + std::to_string(step));
+  return {ShardedTensor::from_fn(mesh, parse_spec("P(data, None)"), kInput, DType::f32,
+                                 [&](std::int64_t i) { return normal(key, i); }, "x")};
+}
+
+void run_steps(nn::TrainState& state, const nn::Optimizer& opt, const Mesh& mesh, int steps) {
+  for (int i = 0; i < steps; ++i) nn::train_step(state, opt, loss_fn(), batch_of(mesh, state.step));
+}
+
+TEST(TrainResume, StopSaveRestoreContinueIsBitIdentical) {
+  TempDir dir("ckpt");
+  const nn::Optimizer opt = nn::adam(1e-2);
+  for (const auto& shape : meshes_of_size(world_size(), true)) {
+    if (shape.ndim() != 2) continue;
+    Mesh mesh = Mesh::world(shape);
+    const auto infos = nn::abstract_init(kModel, shape, nn::tutorial_rules(), kInput);
+    nn::TrainState straight = nn::create_train_state(nn::init_params(infos, mesh, 11), opt);
+    run_steps(straight, opt, mesh, 10);
+
+    nn::TrainState first = nn::create_train_state(nn::init_params(infos, mesh, 11), opt);
+    run_steps(first, opt, mesh, 5);
+    const std::string saved = save_train_state(first, dir.path(), {11, R"({"steps": 10})", infos});
+    // A new process group: a new communicator and mesh, and a state of zeros to restore into.
+    Mesh again = Mesh::world(shape);
+    TrainCheckpointMeta meta;
+    nn::TrainState resumed = restore_train_state(dir.path(), abstract_train_state(infos, again, opt), &meta);
+    EXPECT_EQ(meta.seed, 11u);
+    EXPECT_EQ(meta.config, R"({"steps": 10})");
+    EXPECT_EQ(resumed.step, 5);
+    EXPECT_EQ(resumed.opt_state.count, 5);
+    run_steps(resumed, opt, again, 5);
+    EXPECT_EQ(resumed.step, 10);
+    for (const auto& [path, p] : straight.params) {
+      EXPECT_TRUE(resumed.params.at(path).local().bit_equal(p.local())) << shape.to_string() << " " << path;
+      EXPECT_TRUE(resumed.opt_state.mu.at(path).local().bit_equal(straight.opt_state.mu.at(path).local()));
+      EXPECT_TRUE(resumed.opt_state.nu.at(path).local().bit_equal(straight.opt_state.nu.at(path).local()));
+    }
+  }
+}
+
+TEST(TrainResume, RestoresOntoEveryMeshOfThisRankCount) {
+  TempDir dir("ckpt");
+  const nn::Optimizer opt = nn::adam(1e-2);
+  const auto shapes = meshes_of_size(world_size(), true);
+  Mesh first_mesh = Mesh::world(shapes.front().ndim() == 2 ? shapes.front() : MeshShape({"data", "model"}, {world_size(), 1}));
+  const auto infos = nn::abstract_init(kModel, first_mesh.shape(), nn::tutorial_rules(), kInput);
+  nn::TrainState state = nn::create_train_state(nn::init_params(infos, first_mesh, 5), opt);
+  run_steps(state, opt, first_mesh, 3);
+  save_train_state(state, dir.path(), {5, "{}", infos});
+  for (const auto& shape : shapes) {
+    if (shape.ndim() != 2) continue;
+    Mesh mesh = Mesh::world(shape);
+    const auto target_infos = nn::abstract_init(kModel, shape, nn::tutorial_rules(), kInput);
+    nn::TrainState restored = restore_train_state(dir.path(), abstract_train_state(target_infos, mesh, opt));
+    EXPECT_EQ(restored.step, 3);
+    EXPECT_EQ(restored.opt_state.count, 3);
+    for (const auto& [path, p] : state.params) {
+      EXPECT_TRUE(restored.params.at(path).to_global().bit_equal(p.to_global())) << shape.to_string() << " " << path;
+      EXPECT_TRUE(restored.opt_state.nu.at(path).to_global().bit_equal(state.opt_state.nu.at(path).to_global()));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera
