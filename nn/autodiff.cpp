@@ -67,11 +67,9 @@ class Accumulator : public GradSink {
                        shape_to_string(in->value.global_shape()));
     }
     auto& slot = grads_[in];
-    if (keep_raw_.count(in)) {
-      accumulate(slot, std::move(grad), slot ? slot->spec() : grad.spec());
-    } else {
-      accumulate(slot, std::move(grad), cotangent_spec(in->value));
-    }
+    // Computed before `grad` is moved into the call (argument order is unspecified).
+    const Spec target = keep_raw_.count(in) ? (slot ? slot->spec() : grad.spec()) : cotangent_spec(in->value);
+    accumulate(slot, std::move(grad), target);
   }
 
   void add_slab(int input, std::int64_t index, ShardedTensor grad) override {
