@@ -108,30 +108,61 @@ std::int64_t relayout_bytes_sent(const MeshShape& mesh, const Spec& from, const 
   return elements * static_cast<std::int64_t>(dtype_size(dtype));
 }
 
+std::vector<std::vector<std::int64_t>> relayout_matrix(const MeshShape& mesh, const Spec& from, const Spec& to,
+                                                       const Shape& global) {
+  const Axes axes = relayout_axes(mesh, from, to);
+  const int group = mesh.axes_size(axes);
+  const Shape from_shape = local_shape(from, mesh, global);
+  const Shape to_shape = local_shape(to, mesh, global);
+  std::vector<int> from_replicated;
+  for (const auto& a : axes) {
+    if (from.dim_of(a) < 0) from_replicated.push_back(mesh.axis_index(a));
+  }
+  std::vector<std::vector<int>> coords(group, std::vector<int>(mesh.ndim(), 0));
+  std::vector<std::vector<std::int64_t>> from_at(group), to_at(group);
+  for (int p = 0; p < group; ++p) {
+    for (int i = static_cast<int>(axes.size()) - 1, rest = p; i >= 0; --i) {
+      const int a = mesh.axis_index(axes[i]);
+      coords[p][a] = rest % mesh.sizes()[a];
+      rest /= mesh.sizes()[a];
+    }
+    from_at[p] = block_offsets(from, mesh, global, coords[p]);
+    to_at[p] = block_offsets(to, mesh, global, coords[p]);
+  }
+  std::vector<std::vector<std::int64_t>> out(group, std::vector<std::int64_t>(group, 0));
+  std::vector<std::int64_t> lo;
+  Shape extent;
+  for (int s = 0; s < group; ++s) {
+    for (int q = 0; q < group; ++q) {
+      bool holder = true;
+      for (int a : from_replicated) holder = holder && coords[s][a] == coords[q][a];
+      if (holder && intersect(from_at[s], from_shape, to_at[q], to_shape, &lo, &extent)) out[s][q] = numel(extent);
+    }
+  }
+  return out;
+}
+
 bool relayout_is_permutation(const MeshShape& mesh, const Spec& from, const Spec& to, const Shape& global,
                              std::vector<std::pair<int, int>>* pairs) {
   const Shape from_shape = local_shape(from, mesh, global);
   if (from_shape != local_shape(to, mesh, global)) return false;
-  const Axes axes = relayout_axes(mesh, from, to);
   const std::int64_t whole = numel(from_shape);
+  const auto matrix = relayout_matrix(mesh, from, to, global);
+  const int group = static_cast<int>(matrix.size());
   pairs->clear();
-  // Every group of axes_comm(axes) moves alike: look at the one through coordinate 0 elsewhere.
-  std::vector<int> coords(mesh.ndim(), 0);
-  const int group = mesh.axes_size(axes);
-  for (int p = 0; p < group; ++p) {
-    for (int i = static_cast<int>(axes.size()) - 1, rest = p; i >= 0; --i) {
-      const int a = mesh.axis_index(axes[i]);
-      coords[a] = rest % mesh.sizes()[a];
-      rest /= mesh.sizes()[a];
+  std::vector<int> sources(group, 0);
+  for (int s = 0; s < group; ++s) {
+    int destinations = 0;
+    for (int q = 0; q < group; ++q) {
+      if (matrix[s][q] == 0) continue;
+      if (matrix[s][q] != whole) return false;
+      ++destinations;
+      ++sources[q];
+      pairs->emplace_back(s, q);
     }
-    auto pieces = relayout_pieces(mesh, from, to, global, coords);
-    if (pieces.sends.size() > 1 || pieces.receives.size() != 1 || pieces.receives[0].numel() != whole) return false;
-    if (!pieces.sends.empty()) {
-      if (pieces.sends[0].numel() != whole) return false;
-      pairs->emplace_back(p, pieces.sends[0].peer);
-    }
+    if (destinations > 1) return false;
   }
-  return true;
+  return std::all_of(sources.begin(), sources.end(), [](int n) { return n == 1; });
 }
 
 Tensor relayout(const Mesh& mesh, const Spec& from, const Spec& to, const Shape& global, const Tensor& local) {

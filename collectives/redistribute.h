@@ -40,6 +40,11 @@ Axes relayout_axes(const MeshShape& mesh, const Spec& from, const Spec& to);
 RelayoutPieces relayout_pieces(const MeshShape& mesh, const Spec& from, const Spec& to, const Shape& global,
                                const std::vector<int>& coords);
 
+// Elements that position s of axes_comm(relayout_axes) sends to position q (s == q: kept),
+// for the group through coordinate 0 on the other axes (every group moves alike).
+std::vector<std::vector<std::int64_t>> relayout_matrix(const MeshShape& mesh, const Spec& from, const Spec& to,
+                                                       const Shape& global);
+
 // Bytes sent to other ranks by the rank at `coords`.
 std::int64_t relayout_bytes_sent(const MeshShape& mesh, const Spec& from, const Spec& to, const Shape& global,
                                  DType dtype, const std::vector<int>& coords);

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/comm_stats.h"
 #include "core/dtype.h"
 #include "core/mesh_shape.h"
 #include "core/spec.h"

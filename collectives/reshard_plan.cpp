@@ -2,7 +2,7 @@
 // smallest, a small search where the order of a dimension's axes leaves choices, and a general
 // relayout (permute / redistribute) where no sequence of named collectives reaches the target.
 #include <algorithm>
-#include <set>
+#include <map>
 
 #include "collectives/redistribute.h"
 #include "collectives/reshard.h"
@@ -107,21 +107,16 @@ class Builder {
   void relayout(const Spec& to) {
     const Axes axes = detail::relayout_axes(p_.mesh, cur_, to);
     std::int64_t most = 0;
-    std::vector<int> coords(p_.mesh.ndim(), 0);
-    const int group = p_.mesh.axes_size(axes);
-    for (int r = 0; r < group; ++r) {
-      for (int k = static_cast<int>(axes.size()) - 1, rest = r; k >= 0; --k) {
-        const int a = p_.mesh.axis_index(axes[k]);
-        coords[a] = rest % p_.mesh.sizes()[a];
-        rest /= p_.mesh.sizes()[a];
-      }
-      most = std::max(most, detail::relayout_bytes_sent(p_.mesh, cur_, to, p_.global, p_.dtype, coords));
+    const auto matrix = detail::relayout_matrix(p_.mesh, cur_, to, p_.global);
+    for (std::size_t r = 0; r < matrix.size(); ++r) {
+      std::int64_t sent = 0;
+      for (std::size_t q = 0; q < matrix.size(); ++q) sent += q == r ? 0 : matrix[r][q];
+      most = std::max(most, sent * static_cast<std::int64_t>(dtype_size(p_.dtype)));
     }
-    std::vector<std::pair<int, int>> pairs;
-    const bool permutation = detail::relayout_is_permutation(p_.mesh, cur_, to, p_.global, &pairs);
     cur_ = to;
     ++plan_.relayouts;
-    push(permutation ? "permute" : "redistribute", axes, -1, -1, most);
+    // Named "permute" afterwards if the chosen plan keeps it and it is a permutation.
+    push("redistribute", axes, -1, -1, most);
   }
 
  private:
@@ -212,7 +207,25 @@ Axes top_run(const Problem& p, const Axes& axes, Role role) {
   return Axes(axes.begin() + static_cast<std::ptrdiff_t>(k), axes.end());
 }
 
-Plan search(const Problem& p, Builder b) {
+// The best continuation from a state depends only on the state: memoised per plan_reshard call.
+using Memo = std::map<std::string, Plan>;
+
+Plan best_from(const Problem& p, const Spec& start, Memo& memo);
+
+// `b` followed by the best continuation from where it stands.
+Plan then_best(const Problem& p, const Builder& b, Memo& memo) {
+  Plan out = b.plan();
+  Plan rest = best_from(p, b.cur(), memo);
+  out.bytes += rest.bytes;
+  out.relayouts += rest.relayouts;
+  out.steps.insert(out.steps.end(), rest.steps.begin(), rest.steps.end());
+  return out;
+}
+
+Plan best_from(const Problem& p, const Spec& start, Memo& memo) {
+  const std::string key = start.to_string();
+  if (auto it = memo.find(key); it != memo.end()) return it->second;
+  Builder b(p, start, {});
   forced_moves(p, b);
   const Spec& cur = b.cur();
   const Spec& t = p.target;
@@ -230,12 +243,12 @@ Plan search(const Problem& p, Builder b) {
       if (!b.cur().is_partial_on(a)) zeros.push_back(a);
     }
     if (!zeros.empty()) b.zero(zeros);
-    return b.plan();
+    return memo[key] = b.plan();
   }
   Plan best;
   bool have = false;
-  auto consider = [&](Builder next) {
-    Plan candidate = search(p, std::move(next));
+  auto consider = [&](const Builder& next) {
+    Plan candidate = then_best(p, next, memo);
     if (!have || better(candidate, best)) {
       best = std::move(candidate);
       have = true;
@@ -244,30 +257,30 @@ Plan search(const Problem& p, Builder b) {
   if (!reduce.empty()) {
     Builder next = b;
     next.all_reduce(reduce);
-    consider(std::move(next));
+    consider(next);
   }
   for (int i = 0; i < cur.rank(); ++i) {
     Axes gather = top_run(p, cur.dims[i], Role::replicated);
     if (!gather.empty()) {
       Builder next = b;
       next.all_gather(i, gather);
-      consider(std::move(next));
+      consider(next);
     }
     Axes pad = top_run(p, cur.dims[i], Role::partial);
     if (!pad.empty()) {
       Builder next = b;
       next.pad(i, pad);
-      consider(std::move(next));
+      consider(next);
     }
   }
   Spec goal = relayout_goal(p, cur);
   if (goal.dims != cur.dims) {
     Builder next = b;
     next.relayout(goal);
-    consider(std::move(next));
+    consider(next);
   }
   if (!have) throw Error("reshard planner: no move from " + cur.to_string() + " to " + t.to_string());
-  return best;
+  return memo[key] = best;
 }
 
 }  // namespace
@@ -357,11 +370,11 @@ std::int64_t table_bytes(const MeshShape& mesh, const Spec& source, const Spec& 
   return best;
 }
 
-ReshardPlan plan_reshard(const MeshShape& mesh, const Spec& source, const Spec& target, const Shape& global_shape,
-                         DType dtype) {
+namespace {
+
+ReshardPlan make_plan(const MeshShape& mesh, const Spec& source, const Spec& target, const Shape& global_shape,
+                      DType dtype) {
   const int rank = static_cast<int>(global_shape.size());
-  validate_spec(source, mesh, global_shape, "source");
-  validate_spec(target, mesh, global_shape, "target");
   ReshardPlan out;
   out.source = source.padded(rank);
   out.target = target.padded(rank);
@@ -370,11 +383,13 @@ ReshardPlan plan_reshard(const MeshShape& mesh, const Spec& source, const Spec& 
   const Spec start = drop_trivial_axes(source, mesh, rank);
 
   // Candidate 1: the per-axis moves in place, searching where the axis order leaves choices.
-  Plan best = search(p, Builder(p, start, {}));
+  Memo memo;
+  Plan best = best_from(p, start, memo);
   // Candidate 2: shrink first (every slice and reduce-scatter at once, even onto a dimension
-  // whose axes must still change), then the same search; wins when the block is large and the
-  // order of a dimension's axes forces a relayout anyway.
+  // whose axes must still change), then the same search; wins when the order of a dimension's
+  // axes forces a relayout anyway and the relayout moves the smaller block.
   Builder shrink(p, start, {});
+  bool differs = false;
   for (Role wanted : {Role::replicated, Role::partial}) {
     for (int j = 0; j < p.target.rank(); ++j) {
       Axes run;
@@ -382,13 +397,24 @@ ReshardPlan plan_reshard(const MeshShape& mesh, const Spec& source, const Spec& 
         if (role_of(shrink.cur(), a) == wanted) run.push_back(a);
       }
       if (run.empty()) continue;
+      differs = differs || !is_prefix(shrink.cur().dims[j], p.target.dims[j]);
       wanted == Role::replicated ? shrink.slice(j, run) : shrink.reduce_scatter(j, run);
     }
   }
-  Plan second = search(p, std::move(shrink));
-  if (better(second, best)) best = std::move(second);
+  if (differs) {
+    Plan second = then_best(p, shrink, memo);
+    if (better(second, best)) best = std::move(second);
+  }
 
   out.steps = std::move(best.steps);
+  Spec cur = start;
+  for (auto& step : out.steps) {
+    std::vector<std::pair<int, int>> pairs;
+    if (step.op == "redistribute" && detail::relayout_is_permutation(mesh, cur, step.after, global_shape, &pairs)) {
+      step.op = "permute";
+    }
+    cur = step.after;
+  }
   const std::int64_t extra = out.bytes_per_rank() - out.table_bytes;
   if (out.table_bytes < 0 || extra > 0) {
     std::string note = out.table_bytes < 0 ? "axis order change: no order of the per-axis table's steps reaches "
@@ -400,6 +426,28 @@ ReshardPlan plan_reshard(const MeshShape& mesh, const Spec& source, const Spec& 
     (it != out.steps.end() ? *it : out.steps.back()).note = note;
   }
   return out;
+}
+
+}  // namespace
+
+ReshardPlan plan_reshard(const MeshShape& mesh, const Spec& source, const Spec& target, const Shape& global_shape,
+                         DType dtype) {
+  validate_spec(source, mesh, global_shape, "source");
+  validate_spec(target, mesh, global_shape, "target");
+  // Programs reshard between the same specs every step: plans are cached (per process, so the
+  // same on every rank), and the cache is simply emptied when it grows large.
+  static std::map<std::string, ReshardPlan> cache;
+  std::string key = mesh.to_string() + "|" + source.padded(static_cast<int>(global_shape.size())).to_string() + "|" +
+                    target.padded(static_cast<int>(global_shape.size())).to_string() + "|" +
+                    shape_to_string(global_shape) + "|" + std::string(dtype_name(dtype));
+  // Partial axes compare as a set: a plan is keyed by the source's written order, which only
+  // affects the order of axes in its all-reduce (mesh order either way).
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  if (cache.size() >= 4096) cache.clear();
+  ReshardPlan plan = make_plan(mesh, source, target, global_shape, dtype);
+  cache.emplace(std::move(key), plan);
+  return plan;
 }
 
 }  // namespace tessera

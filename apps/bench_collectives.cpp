@@ -1,0 +1,145 @@
+// bench_collectives: tessera's local-view collectives against the raw MPI call on the same input
+// buffers, in the same run, for message sizes from --min to --max (powers of 4) and for the
+// outermost dimension (no packing) and an inner one (strided blocks). One JSON object per line.
+// Sizes follow nccl-tests: all_gather's size is the gathered (output) size, the others' the
+// per-rank input. Time: the median over --iters iterations of the slowest rank, after warm-up,
+// with a barrier before each call. Bus bandwidth: size / time times (n-1)/n (all_gather,
+// reduce_scatter, all_to_all) or 2(n-1)/n (all_reduce). ratio = tessera busbw / raw busbw.
+//   scripts/mpirun/local.sh 8 build/apps/bench_collectives --min 4096 --max 67108864
+#include <CLI/CLI.hpp>
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "collectives/collectives.h"
+#include "collectives/layout.h"
+#include "core/error.h"
+#include "mesh/environment.h"
+#include "mesh/mesh.h"
+#include "mesh/mpi_check.h"
+
+namespace {
+
+using namespace tessera;
+
+// Median over iterations of the slowest rank's time of f, in seconds.
+double time_call(const Communicator& comm, int warmup, int iters, const std::function<void()>& f) {
+  for (int i = 0; i < warmup; ++i) f();
+  std::vector<double> times;
+  for (int i = 0; i < iters; ++i) {
+    comm.barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double slowest = 0;
+    check_mpi(MPI_Allreduce(&t, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm.handle()), "MPI_Allreduce");
+    times.push_back(slowest);
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+struct Case {
+  std::string op;
+  double bus_factor;
+  std::int64_t input_bytes;  // per rank
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Environment env(argc, argv);
+  CLI::App app{"tessera collectives against raw MPI on the same buffers"};
+  std::int64_t min_bytes = 4096, max_bytes = 64ll << 20;
+  int iters = 10, warmup = 2;
+  std::vector<std::string> ops = {"all_gather", "reduce_scatter", "all_to_all", "all_reduce"};
+  std::vector<std::string> layouts = {"outer", "inner"};
+  std::string pack = "datatype";
+  app.add_option("--min", min_bytes, "smallest message size in bytes")->capture_default_str();
+  app.add_option("--max", max_bytes, "largest message size in bytes")->capture_default_str();
+  app.add_option("--iters", iters, "timed iterations per point")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--warmup", warmup, "untimed iterations per point")->capture_default_str();
+  app.add_option("--ops", ops, "collectives to run")->capture_default_str();
+  app.add_option("--layouts", layouts, "outer (dimension 0) and/or inner (dimension 1 of [64, k])")
+      ->capture_default_str();
+  app.add_option("--pack", pack, "inner blocks: datatype or memcpy")->capture_default_str();
+  int world_rank = 0, world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (world_rank == 0) app.exit(e);
+    return e.get_exit_code() == 0 ? 0 : 2;
+  }
+  try {
+    if (pack != "datatype" && pack != "memcpy") throw UsageError("--pack must be datatype or memcpy, got " + pack);
+    detail::set_pack_method(pack == "memcpy" ? detail::PackMethod::memcpy : detail::PackMethod::datatype);
+    Mesh mesh = Mesh::world(MeshShape({"x"}, {world}));
+    const Axes axes = {"x"};
+    const Communicator& comm = mesh.axes_comm(axes);
+    const int n = comm.size();
+    const MPI_Comm c = comm.handle();
+    for (std::int64_t size = min_bytes; size <= max_bytes; size *= 4) {
+      for (const auto& op : ops) {
+        Case k{op, 0, size};
+        if (op == "all_gather") k = {op, (n - 1.0) / n, size / n};
+        else if (op == "reduce_scatter" || op == "all_to_all") k = {op, (n - 1.0) / n, size};
+        else if (op == "all_reduce") k = {op, 2.0 * (n - 1) / n, size};
+        else throw UsageError("unknown op '" + op + "'");
+        const std::int64_t elems = k.input_bytes / 4;
+        if (elems < 64 * n || elems % (64 * n) != 0) continue;  // too small to split into [64][n][...]
+        for (const auto& layout : layouts) {
+          const bool outer = layout == "outer";
+          // Outer: [elems] split on dim 0. Inner: [64, elems / 64] split on dim 1 (64 runs per block).
+          const Shape shape = outer ? Shape{elems} : Shape{64, elems / 64};
+          const int dim = outer ? 0 : 1;
+          Tensor in = Tensor::full(shape, 1.0 + world_rank);
+          std::vector<std::byte> raw_out(static_cast<std::size_t>(op == "all_gather" ? size : size));
+          const int count = static_cast<int>(elems);
+          std::function<void()> mine, raw;
+          if (op == "all_gather") {
+            mine = [&] { all_gather(mesh, in, axes, dim); };
+            raw = [&] { MPI_Allgather(in.raw(), count, MPI_FLOAT, raw_out.data(), count, MPI_FLOAT, c); };
+          } else if (op == "reduce_scatter") {
+            mine = [&] { reduce_scatter(mesh, in, axes, dim); };
+            raw = [&] { MPI_Reduce_scatter_block(in.raw(), raw_out.data(), count / n, MPI_FLOAT, MPI_SUM, c); };
+          } else if (op == "all_to_all") {
+            // Split dim 0 or 1 into n pieces, concatenate along the same dimension.
+            mine = [&] { all_to_all(mesh, in, axes, dim, dim); };
+            raw = [&] { MPI_Alltoall(in.raw(), count / n, MPI_FLOAT, raw_out.data(), count / n, MPI_FLOAT, c); };
+          } else {
+            mine = [&] { all_reduce(mesh, in, axes); };
+            raw = [&] { MPI_Allreduce(in.raw(), raw_out.data(), count, MPI_FLOAT, MPI_SUM, c); };
+          }
+          // Interleave the two so that a disturbance of the machine hits both alike.
+          std::vector<double> t_mine, t_raw;
+          for (int rep = 0; rep < 2; ++rep) {
+            t_raw.push_back(time_call(comm, warmup, (iters + 1) / 2, raw));
+            t_mine.push_back(time_call(comm, warmup, (iters + 1) / 2, mine));
+          }
+          const double tm = std::min(t_mine[0], t_mine[1]), tr = std::min(t_raw[0], t_raw[1]);
+          const double bus_mine = size / tm * k.bus_factor / 1e9, bus_raw = size / tr * k.bus_factor / 1e9;
+          if (world_rank == 0) {
+            std::printf(
+                "{\"op\": \"%s\", \"layout\": \"%s\", \"ranks\": %d, \"bytes\": %lld, \"dim\": %d, \"shape\": \"%s\", "
+                "\"pack\": \"%s\", \"tessera_us\": %.1f, \"raw_us\": %.1f, \"tessera_busbw_GBps\": %.3f, "
+                "\"raw_busbw_GBps\": %.3f, \"ratio\": %.3f}\n",
+                op.c_str(), layout.c_str(), n, static_cast<long long>(size), dim, shape_to_string(shape).c_str(),
+                outer ? "none" : pack.c_str(), tm * 1e6, tr * 1e6, bus_mine, bus_raw, bus_mine / bus_raw);
+            std::fflush(stdout);
+          }
+        }
+      }
+    }
+  } catch (const Error& e) {
+    if (world_rank == 0) std::fprintf(stderr, "bench_collectives: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
