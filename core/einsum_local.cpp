@@ -123,7 +123,7 @@ Tensor einsum_local(const EinsumSubscripts& sub, const Tensor& a, const Tensor& 
   }
   Shape c_shape;
   for (char c : batch + m + n) c_shape.push_back(extent[c]);
-  Tensor c(c_shape, a.dtype());
+  Tensor c = Tensor::empty(c_shape, a.dtype());  // the GEMM overwrites it
   batched_gemm(*pa, *pb, c, B, M, N, K, trans_a, trans_b);
   // c is [batch, m, n]; reorder to the output's letters.
   std::string c_letters = batch + m + n;

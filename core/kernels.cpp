@@ -81,7 +81,7 @@ Tensor permute_dims(const Tensor& in, const std::vector<int>& perm) {
   if (identity) return in;
   Shape out_shape(r);
   for (int i = 0; i < r; ++i) out_shape[i] = in.shape()[perm[i]];
-  Tensor out(out_shape, in.dtype());
+  Tensor out = Tensor::empty(out_shape, in.dtype());
   if (in.numel() == 0) return out;
   auto in_strides = row_major_strides(in.shape());
   std::vector<std::int64_t> strides(r);  // input stride of each output dimension
@@ -135,7 +135,7 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
                      std::string(dtype_name(b.dtype())) + " differ");
   }
   Shape out_shape = broadcast_shapes(a.shape(), b.shape());
-  Tensor out(out_shape, a.dtype());
+  Tensor out = Tensor::empty(out_shape, a.dtype());
   dispatch_float(a.dtype(), [&](auto zero) {
     using T = decltype(zero);
     auto apply = [op](T x, T y) -> T {
@@ -220,7 +220,7 @@ Tensor sum_to_shape(const Tensor& x, const Shape& shape) {
 
 Tensor unary(UnaryOp op, const Tensor& x) {
   require_float(x, "unary op");
-  Tensor out(x.shape(), x.dtype());
+  Tensor out = Tensor::empty(x.shape(), x.dtype());
   dispatch_float(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* p = x.data<T>();
@@ -264,7 +264,7 @@ Tensor unary(UnaryOp op, const Tensor& x) {
 
 Tensor affine(const Tensor& x, double scale, double shift) {
   require_float(x, "affine");
-  Tensor out(x.shape(), x.dtype());
+  Tensor out = Tensor::empty(x.shape(), x.dtype());
   dispatch_float(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* p = x.data<T>();
@@ -278,7 +278,7 @@ Tensor affine(const Tensor& x, double scale, double shift) {
 Tensor axpy(const Tensor& a, double scale, const Tensor& b) {
   require_float(a, "axpy");
   if (a.shape() != b.shape() || a.dtype() != b.dtype()) throw ShapeError("axpy: operands differ in shape or dtype");
-  Tensor out(a.shape(), a.dtype());
+  Tensor out = Tensor::empty(a.shape(), a.dtype());
   dispatch_float(a.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* pa = a.data<T>();

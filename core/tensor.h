@@ -78,6 +78,9 @@ class Tensor {
 
  private:
   struct Free {
+    Free() noexcept : bytes(0) {}
+    explicit Free(std::size_t b) noexcept : bytes(b) {}
+    std::size_t bytes;  // the allocation's rounded size, for the buffer pool
     void operator()(std::byte* p) const noexcept;
   };
   void check_dtype(DType requested) const;

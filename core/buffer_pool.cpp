@@ -1,0 +1,69 @@
+// Size-keyed free lists with a byte cap.
+#include "core/buffer_pool.h"
+
+#include <cstdlib>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+namespace tessera {
+
+namespace {
+
+constexpr std::size_t kAlignment = 64;
+constexpr std::size_t kMinCached = std::size_t{64} << 10;
+constexpr std::size_t kMaxCachedTotal = std::size_t{512} << 20;
+
+struct Pool {
+  std::mutex mutex;
+  std::unordered_map<std::size_t, std::vector<void*>> free_lists;
+  std::size_t cached = 0;
+};
+
+Pool& pool() {
+  static Pool* instance = new Pool;  // never destroyed: buffers may be freed during static teardown
+  return *instance;
+}
+
+}  // namespace
+
+void* pool_allocate(std::size_t bytes) {
+  if (bytes >= kMinCached) {
+    Pool& p = pool();
+    std::lock_guard<std::mutex> lock(p.mutex);
+    auto it = p.free_lists.find(bytes);
+    if (it != p.free_lists.end() && !it->second.empty()) {
+      void* out = it->second.back();
+      it->second.pop_back();
+      p.cached -= bytes;
+      return out;
+    }
+  }
+  return std::aligned_alloc(kAlignment, bytes);
+}
+
+void pool_free(void* ptr, std::size_t bytes) noexcept {
+  if (ptr == nullptr) return;
+  if (bytes >= kMinCached) {
+    Pool& p = pool();
+    std::lock_guard<std::mutex> lock(p.mutex);
+    if (p.cached + bytes <= kMaxCachedTotal) {
+      try {
+        p.free_lists[bytes].push_back(ptr);
+        p.cached += bytes;
+        return;
+      } catch (...) {
+        // no memory for the list entry: fall through and free
+      }
+    }
+  }
+  std::free(ptr);
+}
+
+std::size_t pool_cached_bytes() {
+  Pool& p = pool();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  return p.cached;
+}
+
+}  // namespace tessera
