@@ -401,9 +401,28 @@ ReshardPlan make_plan(const MeshShape& mesh, const Spec& source, const Spec& tar
       wanted == Role::replicated ? shrink.slice(j, run) : shrink.reduce_scatter(j, run);
     }
   }
+  // Every intermediate spec must divide the global shape (a slice onto a dimension that still
+  // holds other axes may not): plans that pass through an invalid spec are not taken.
+  auto valid = [&](const Plan& plan) {
+    for (const auto& step : plan.steps) {
+      try {
+        validate_spec(step.after, mesh, global_shape);
+      } catch (const SpecError&) {
+        return false;
+      }
+    }
+    return true;
+  };
   if (differs) {
     Plan second = then_best(p, shrink, memo);
-    if (better(second, best)) best = std::move(second);
+    if (valid(second) && (better(second, best) || !valid(best))) best = std::move(second);
+  }
+  if (!valid(best)) {
+    // Reduce the partial axes in place, then one relayout straight to the target.
+    Builder direct(p, start, {});
+    if (!direct.cur().partial.empty()) direct.all_reduce(direct.cur().partial);
+    if (!(direct.cur() == p.target)) direct.relayout(p.target);
+    best = direct.plan();
   }
 
   out.steps = std::move(best.steps);
