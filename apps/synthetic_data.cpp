@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/rng.h"
 #include "nn/ops.h"
 
 namespace tessera::apps {
@@ -39,13 +40,25 @@ SyntheticData::SyntheticData(DataConfig config, const Mesh& mesh, const Rules& r
 
 nn::Batch SyntheticData::batch(std::int64_t step) const {
   const Shape shape = {config_.batch, config_.width};
-  const Initializer init =
-      config_.input == InputKind::ones ? initializers::ones() : initializers::normal(1.0);
   const RngKey key = rng_key(config_.seed, "data/" + std::to_string(step));
+  const RngKey pool_key = rng_key(config_.seed, "data/examples");
+  const std::int64_t pool = config_.examples;
   ShardedTensor x = ShardedTensor::from_block_fn(
       mesh_, spec_, shape,
       [&](const std::vector<std::int64_t>& offsets, const Shape& block) {
-        return init_block(init, key, shape, offsets, block);
+        if (config_.input == InputKind::ones) return init_block(initializers::ones(), key, shape, offsets, block);
+        if (pool == 0) return init_block(initializers::normal(1.0), key, shape, offsets, block);
+        // Row r of the batch is pool example e(step, r); element (r, c) is the pool's (e, c).
+        Tensor t(block, DType::f32);
+        float* out = t.data<float>();
+        for (std::int64_t r = 0; r < block[0]; ++r) {
+          const std::uint64_t example = random_bits(key, static_cast<std::uint64_t>(offsets[0] + r))[0] % pool;
+          for (std::int64_t c = 0; c < block[1]; ++c) {
+            const auto index = example * static_cast<std::uint64_t>(shape[1]) + static_cast<std::uint64_t>(offsets[1] + c);
+            out[r * block[1] + c] = static_cast<float>(normal(pool_key, index));
+          }
+        }
+        return t;
       },
       "x");
   if (!teacher_) return {std::move(x), std::nullopt};

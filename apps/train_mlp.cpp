@@ -33,9 +33,10 @@ struct Options {
   bool logical = false;
   std::string rules = "batch=data,hidden=model";
   std::int64_t steps = 300;
-  double lr = 1e-3;
+  double lr = 3e-4;
   std::string loss = "mse";
   std::string input = "random";
+  std::int64_t examples = 64;
   std::uint64_t seed = 0;
   int microbatches = 1;
   std::string ckpt_dir;
@@ -52,7 +53,7 @@ std::string config_json(const Options& o) {
   s << "{\"program\":\"train_mlp\",\"batch\":" << o.batch << ",\"layers\":" << o.layers << ",\"depth\":" << o.depth
     << ",\"scan\":" << (o.scan ? "true" : "false") << ",\"logical\":" << (o.logical ? "true" : "false")
     << ",\"rules\":\"" << o.rules << "\",\"lr\":" << o.lr << ",\"loss\":\"" << o.loss << "\",\"input\":\""
-    << o.input << "\",\"seed\":" << o.seed << ",\"microbatches\":" << o.microbatches << "}";
+    << o.input << "\",\"examples\":" << o.examples << ",\"seed\":" << o.seed << ",\"microbatches\":" << o.microbatches << "}";
   return s.str();
 }
 
@@ -126,7 +127,7 @@ int run(const Options& o, int world_rank) {
   const Shape input_shape = {o.batch, o.depth};
   const nn::ParamInfos infos = nn::abstract_init(model, mesh_shape, rules, input_shape);
   apps::DataConfig data_config{o.batch, o.depth, apps::parse_loss_kind(o.loss), apps::parse_input_kind(o.input),
-                               o.seed, o.logical};
+                               o.seed, o.logical, o.examples};
   const Spec x_spec = apps::activation_spec(mesh_shape, rules, o.logical);
   validate_setup(o, infos, mesh_shape, x_spec);
 
@@ -213,6 +214,8 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   CLI::App app{"train_mlp: the Flax sharding tutorial's MLP, trained SPMD over MPI"};
   Options o;
+  // A flag given twice takes its last value, so wrappers (scripts/run.sh) can be overridden.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--mesh", o.mesh, "mesh axes, name=size,... (product = ranks)")->capture_default_str();
   app.add_option("--batch", o.batch, "global batch size")->capture_default_str();
   app.add_option("--layers", o.layers, "number of DotReluDot layers")->capture_default_str();
@@ -227,6 +230,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--input", o.input, "ones (the tutorial's) or random (RNG keyed by seed and step)")
       ->check(CLI::IsMember({"ones", "random"}))
+      ->capture_default_str();
+  app.add_option("--examples", o.examples, "size of the pool random inputs are drawn from (0: fresh every step)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--seed", o.seed, "seed of parameters, data and teacher")->capture_default_str();
   app.add_option("--microbatches", o.microbatches, "serial microbatches per step")->capture_default_str();

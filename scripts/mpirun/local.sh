@@ -19,4 +19,9 @@ flags=(--bind-to none --mca btl_vader_single_copy_mechanism none --mca io romio3
 if [ "$n" -gt "$(nproc)" ]; then
   flags+=(--oversubscribe --mca mpi_yield_when_idle 1)
 fi
+# mpirun's own banner after a rank exits non-zero is noise next to the program's one message;
+# TESSERA_MPIRUN_VERBOSE=1 brings it back.
+if [ "${TESSERA_MPIRUN_VERBOSE:-0}" != 1 ]; then
+  flags+=(--quiet)
+fi
 exec mpirun -n "$n" "${flags[@]}" "$@"
