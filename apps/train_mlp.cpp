@@ -96,13 +96,18 @@ std::string first_picture(const nn::ParamTree& params, const std::string& suffix
   return "(no parameter " + suffix + ")\n";
 }
 
-// Checks that cost nothing but catch bad input before any allocation: every parameter's spec
-// divides its shape, and each rank's batch block splits into the microbatches.
-void validate_setup(const Options& o, const nn::ParamInfos& infos, const MeshShape& mesh, const Spec& x_spec) {
+// Flags that are wrong whatever the mesh.
+void validate_flags(const Options& o) {
   if (o.batch < 1 || o.depth < 1 || o.layers < 1) throw UsageError("--batch, --depth and --layers must be >= 1");
   if (o.steps < 0) throw UsageError("--steps must be >= 0");
   if (o.microbatches < 1) throw UsageError("--microbatches must be >= 1");
   if (o.keep < 1) throw UsageError("--keep must be >= 1");
+  if (o.save_every < 0) throw UsageError("--save-every must be >= 0");
+}
+
+// Checks that cost nothing but catch bad input before any allocation: every parameter's spec
+// divides its shape, and each rank's batch block splits into the microbatches.
+void validate_setup(const Options& o, const nn::ParamInfos& infos, const MeshShape& mesh, const Spec& x_spec) {
   for (const auto& info : infos) validate_spec(info.spec, mesh, info.shape, info.path);
   const std::int64_t local_batch = o.batch / shard_count(x_spec.padded(2), mesh, 0);
   if (local_batch % o.microbatches != 0) {
@@ -118,6 +123,7 @@ void validate_setup(const Options& o, const nn::ParamInfos& infos, const MeshSha
 
 int run(const Options& o, int world_rank) {
   const bool root = world_rank == 0;
+  validate_flags(o);
   const MeshShape mesh_shape = MeshShape::parse(o.mesh);
   const Rules rules = parse_rules(o.rules);
   validate_rules(rules, mesh_shape);
