@@ -4,7 +4,6 @@
 // Every rank measures the GEMM rate and copy bandwidth at once (they share the node's cores and
 // memory, as in the step). One JSON object per line on stdout (rank 0).
 //   scripts/mpirun/local.sh 8 build/apps/bench_train --layers 8 --depth 4096
-#include <CLI/CLI.hpp>
 #include <mpi.h>
 
 #include <algorithm>
@@ -14,6 +13,7 @@
 #include <iostream>
 #include <vector>
 
+#include "apps/cli_main.h"
 #include "apps/synthetic_data.h"
 #include "core/error.h"
 #include "core/kernels.h"
@@ -179,8 +179,7 @@ int run(const Options& o, int world_rank, int world_size) {
 
 int main(int argc, char** argv) {
   tessera::Environment env(argc, argv);
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   CLI::App app{"bench_train: median ms per train step of the tutorial MLP beside its floor"};
   Options o;
@@ -196,20 +195,5 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--copy-mib", o.copy_mib, "buffer size of the copy-bandwidth measurement per rank")
       ->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (rank == 0) app.exit(e);
-    return e.get_exit_code() == 0 ? 0 : 2;
-  }
-  try {
-    return run(o, rank, size);
-  } catch (const tessera::Error& e) {
-    if (rank == 0) std::cerr << "bench_train: " << e.what() << '\n';
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "bench_train (rank " << rank << "): " << e.what() << '\n';
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    return 1;
-  }
+  return tessera::apps::parse_and_run("bench_train", app, argc, argv, [&](int rank) { return run(o, rank, size); });
 }

@@ -1,15 +1,13 @@
 // train_mlp: the Flax sharding tutorial end to end, SPMD over MPI. Every rank runs this same
 // program on its own blocks; rank 0 prints. Bad input ends with one message and exit code 2.
 //   scripts/mpirun/local.sh 8 build/apps/train_mlp --mesh data=2,model=4 --steps 200
-#include <CLI/CLI.hpp>
-#include <mpi.h>
-
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 
+#include "apps/cli_main.h"
 #include "apps/synthetic_data.h"
 #include "apps/train_checkpoint.h"
 #include "core/error.h"
@@ -216,8 +214,6 @@ int run(const Options& o, int world_rank) {
 
 int main(int argc, char** argv) {
   tessera::Environment env(argc, argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   CLI::App app{"train_mlp: the Flax sharding tutorial's MLP, trained SPMD over MPI"};
   Options o;
   // A flag given twice takes its last value, so wrappers (scripts/run.sh) can be overridden.
@@ -248,22 +244,5 @@ int main(int argc, char** argv) {
   app.add_flag("--resume", o.resume, "continue from the latest checkpoint in --ckpt-dir");
   app.add_option("--metrics", o.metrics, "write one JSON object per step to FILE");
   app.add_flag("--quiet", o.quiet, "no progress line per step");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (rank == 0) app.exit(e);
-    return e.get_exit_code() == 0 ? 0 : 2;
-  }
-  try {
-    return run(o, rank);
-  } catch (const tessera::Error& e) {
-    // Raised identically on every rank (replicated facts, or agreed on by the io layer).
-    if (rank == 0) std::cerr << "train_mlp: " << e.what() << '\n';
-    return 2;
-  } catch (const std::exception& e) {
-    // Possibly seen by this rank alone: end the whole job rather than leave others waiting.
-    std::cerr << "train_mlp (rank " << rank << "): " << e.what() << '\n';
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    return 1;
-  }
+  return tessera::apps::parse_and_run("train_mlp", app, argc, argv, [&](int rank) { return run(o, rank); });
 }
