@@ -1,12 +1,10 @@
 // demo_mesh: builds a named mesh over all ranks and a sharded tensor from the sharding-invariant
 // RNG, and prints the mesh, the tensor's sharding picture and a checksum of its global value.
 //   scripts/mpirun/local.sh 8 build/apps/demo_mesh --mesh data=2,model=4 --spec "P(None, model)"
-#include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <iostream>
 
-#include "core/error.h"
+#include "apps/cli_main.h"
 #include "core/init.h"
 #include "core/rng.h"
 #include "mesh/environment.h"
@@ -24,15 +22,7 @@ int main(int argc, char** argv) {
   app.add_option("--spec", spec_text, "sharding spec of the tensor")->capture_default_str();
   app.add_option("--shape", shape, "global shape")->capture_default_str();
   app.add_option("--seed", seed, "RNG seed")->capture_default_str();
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (rank == 0) app.exit(e);
-    return e.get_exit_code() == 0 ? 0 : 2;
-  }
-  try {
+  return tessera::apps::parse_and_run("demo_mesh", app, argc, argv, [&](int rank) {
     tessera::Mesh mesh = tessera::Mesh::world(tessera::MeshShape::parse(mesh_text));
     tessera::Spec spec = tessera::parse_spec(spec_text);
     const tessera::RngKey key = tessera::rng_key(seed, "demo/W1");
@@ -50,9 +40,6 @@ int main(int argc, char** argv) {
                 << w.picture() << "local block " << tessera::shape_to_string(w.local().shape())
                 << ", global sum " << sum << '\n';
     }
-  } catch (const tessera::Error& e) {
-    if (rank == 0) std::cerr << "demo_mesh: " << e.what() << '\n';
-    return 2;
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -1,0 +1,245 @@
+// train_mlp: the Flax sharding tutorial end to end, SPMD over MPI. Every rank runs this same
+// program on its own blocks; rank 0 prints. Bad input ends with one message and exit code 2.
+//   scripts/mpirun/local.sh 8 build/apps/train_mlp --mesh data=2,model=4 --steps 200
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "apps/cli_main.h"
+#include "apps/synthetic_data.h"
+#include "io/train_state_io.h"
+#include "core/error.h"
+#include "mesh/environment.h"
+#include "mesh/mesh.h"
+#include "nn/layers.h"
+#include "nn/ops.h"
+#include "nn/optim.h"
+#include "nn/train.h"
+
+namespace {
+
+using namespace tessera;
+
+struct Options {
+  std::string mesh = "data=2,model=4";
+  std::int64_t batch = 8;
+  int layers = 4;
+  std::int64_t depth = 1024;
+  bool scan = false;
+  bool logical = false;
+  std::string rules = "batch=data,hidden=model";
+  std::int64_t steps = 300;
+  double lr = 3e-4;
+  std::string loss = "mse";
+  std::string input = "random";
+  std::int64_t examples = 64;
+  std::uint64_t seed = 0;
+  int microbatches = 1;
+  std::string ckpt_dir;
+  std::int64_t save_every = 0;
+  int keep = 3;
+  bool resume = false;
+  std::string metrics;
+  bool quiet = false;
+};
+
+// The flags that fix the model and the data, stored in checkpoints.
+std::string config_json(const Options& o) {
+  std::ostringstream s;
+  s << "{\"program\":\"train_mlp\",\"batch\":" << o.batch << ",\"layers\":" << o.layers << ",\"depth\":" << o.depth
+    << ",\"scan\":" << (o.scan ? "true" : "false") << ",\"logical\":" << (o.logical ? "true" : "false")
+    << ",\"rules\":\"" << o.rules << "\",\"lr\":" << o.lr << ",\"loss\":\"" << o.loss << "\",\"input\":\""
+    << o.input << "\",\"examples\":" << o.examples << ",\"seed\":" << o.seed << ",\"microbatches\":" << o.microbatches << "}";
+  return s.str();
+}
+
+std::string join_names(const std::vector<std::string>& names) {
+  if (names.empty()) return "-";
+  std::string out = "(";
+  for (std::size_t i = 0; i < names.size(); ++i) out += (i ? ", " : "") + names[i];
+  return out + ")";
+}
+
+std::string parameter_table(const nn::ParamInfos& infos, const MeshShape& mesh) {
+  std::ostringstream out;
+  char line[512];
+  std::snprintf(line, sizeof line, "%-36s %-18s %-24s %-22s %s\n", "parameter", "global shape", "logical names",
+                "spec", "local shape");
+  out << line;
+  std::int64_t total = 0;
+  for (const auto& info : infos) {
+    std::snprintf(line, sizeof line, "%-36s %-18s %-24s %-22s %s\n", info.path.c_str(),
+                  shape_to_string(info.shape).c_str(), join_names(info.logical_names()).c_str(),
+                  info.spec.to_string().c_str(), shape_to_string(local_shape(info.spec, mesh, info.shape)).c_str());
+    out << line;
+    total += numel(info.shape);
+  }
+  out << infos.size() << " parameters, " << total << " values\n";
+  return out.str();
+}
+
+// The picture of a parameter whose path ends with `suffix` (layer 0 of a stack for --scan).
+std::string first_picture(const nn::ParamTree& params, const std::string& suffix) {
+  for (const auto& [path, value] : params) {
+    if (path.size() < suffix.size() || path.compare(path.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+    if (value.rank() == 3) {
+      ShardedTensor layer0 = nn::take_layer(nn::Var(value), 0).value();
+      layer0.set_name(path + "[0]");
+      return layer0.picture();
+    }
+    return value.picture();
+  }
+  return "(no parameter " + suffix + ")\n";
+}
+
+// Flags that are wrong whatever the mesh.
+void validate_flags(const Options& o) {
+  if (o.batch < 1 || o.depth < 1 || o.layers < 1) throw UsageError("--batch, --depth and --layers must be >= 1");
+  if (o.steps < 0) throw UsageError("--steps must be >= 0");
+  if (o.microbatches < 1) throw UsageError("--microbatches must be >= 1");
+  if (o.keep < 1) throw UsageError("--keep must be >= 1");
+  if (o.save_every < 0) throw UsageError("--save-every must be >= 0");
+}
+
+// Checks that cost nothing but catch bad input before any allocation: every parameter's spec
+// divides its shape, and each rank's batch block splits into the microbatches.
+void validate_setup(const Options& o, const nn::ParamInfos& infos, const MeshShape& mesh, const Spec& x_spec) {
+  for (const auto& info : infos) validate_spec(info.spec, mesh, info.shape, info.path);
+  const std::int64_t local_batch = o.batch / shard_count(x_spec.padded(2), mesh, 0);
+  if (local_batch % o.microbatches != 0) {
+    throw UsageError("--microbatches " + std::to_string(o.microbatches) + " does not divide each rank's batch block of " +
+                     std::to_string(local_batch) + " rows (batch " + std::to_string(o.batch) + " split as " +
+                     x_spec.to_string() + ")");
+  }
+  if ((o.resume || o.save_every > 0) && o.ckpt_dir.empty()) throw UsageError("--resume and --save-every need --ckpt-dir");
+}
+
+int run(const Options& o, int world_rank) {
+  const bool root = world_rank == 0;
+  validate_flags(o);
+  const MeshShape mesh_shape = MeshShape::parse(o.mesh);
+  const Rules rules = parse_rules(o.rules);
+  validate_rules(rules, mesh_shape);
+  Mesh mesh = Mesh::world(mesh_shape);
+
+  const nn::MLP model{o.layers, o.depth, o.scan, o.logical};
+  const Shape input_shape = {o.batch, o.depth};
+  const nn::ParamInfos infos = nn::abstract_init(model, mesh_shape, rules, input_shape);
+  apps::DataConfig data_config{o.batch, o.depth, apps::parse_loss_kind(o.loss), apps::parse_input_kind(o.input),
+                               o.seed, o.logical, o.examples};
+  const Spec x_spec = apps::activation_spec(mesh_shape, rules, o.logical);
+  validate_setup(o, infos, mesh_shape, x_spec);
+
+  std::optional<std::string> resume_file;
+  if (o.resume) {
+    resume_file = latest_checkpoint(o.ckpt_dir);
+    if (!resume_file) throw UsageError("--resume: no checkpoint in '" + o.ckpt_dir + "'");
+  }
+
+  if (root) {
+    std::cout << "train_mlp: " << mesh.to_string() << " over " << mesh.size() << " ranks\n"
+              << "model: MLP(layers=" << o.layers << ", depth=" << o.depth << (o.scan ? ", scan" : "")
+              << (o.logical ? ", logical rules " + to_string(rules) : "") << "), batch " << o.batch << ", loss "
+              << o.loss << ", input " << o.input << ", adam(lr=" << o.lr << "), seed " << o.seed << "\n\n"
+              << parameter_table(infos, mesh_shape) << '\n';
+  }
+
+  const apps::SyntheticData data(data_config, mesh, rules);
+  const nn::Optimizer optimizer = nn::adam(o.lr);
+  nn::TrainState state = nn::create_train_state(nn::init_params(infos, mesh, o.seed), optimizer);
+  if (resume_file) {
+    state = restore_train_state(*resume_file, state);
+    if (root) std::cout << "resumed from " << *resume_file << " at step " << state.step << "\n\n";
+  }
+  if (root) std::cout << first_picture(state.params, "Dense_0/kernel") << first_picture(state.params, "W2") << '\n';
+
+  const nn::ApplyContext ctx{rules};
+  const nn::LossFn loss_fn = [&](const nn::VarTree& params, const nn::Batch& batch) {
+    return data.loss(model.apply(nn::ParamView(params), ctx, nn::Var(batch.x)), batch);
+  };
+  nn::StepOptions step_options;
+  step_options.microbatches = o.microbatches;
+  step_options.reduction =
+      data_config.loss == apps::LossKind::sum ? nn::StepOptions::Reduction::sum : nn::StepOptions::Reduction::mean;
+
+  std::ofstream metrics;
+  if (root && !o.metrics.empty()) {
+    metrics.open(o.metrics, resume_file ? std::ios::app : std::ios::trunc);
+    if (!metrics) std::cerr << "train_mlp: cannot write metrics file '" << o.metrics << "'; continuing without\n";
+  }
+  std::int64_t last_saved = -1;
+  while (state.step < o.steps) {
+    const std::int64_t step = state.step;
+    const nn::Batch batch = data.batch(step);
+    const auto start = std::chrono::steady_clock::now();
+    const double loss = nn::train_step(state, optimizer, loss_fn, batch, step_options);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    const double samples_per_s = o.batch / (ms / 1000.0);
+    if (root) {
+      if (!o.quiet) std::printf("step %6lld  loss %.9g  %8.1f ms/step  %8.1f samples/s\n",
+                                static_cast<long long>(step + 1), loss, ms, samples_per_s);
+      std::fflush(stdout);
+      if (metrics) {
+        char line[256];
+        std::snprintf(line, sizeof line, "{\"step\":%lld,\"loss\":%.17g,\"ms\":%.3f,\"samples_per_s\":%.3f}\n",
+                      static_cast<long long>(step + 1), loss, ms, samples_per_s);
+        metrics << line << std::flush;
+      }
+    }
+    if (!o.ckpt_dir.empty() && o.save_every > 0 && state.step % o.save_every == 0) {
+      const std::string file = save_train_state(state, o.ckpt_dir, {o.seed, config_json(o), infos}, SaveOptions{o.keep});
+      last_saved = state.step;
+      if (root) std::cout << "saved " << file << '\n';
+    }
+  }
+  if (!o.ckpt_dir.empty() && last_saved != state.step) {
+    const std::string file = save_train_state(state, o.ckpt_dir, {o.seed, config_json(o), infos}, SaveOptions{o.keep});
+    if (root) std::cout << "saved " << file << '\n';
+  }
+
+  // Inference on the next batch: the output keeps the sharding the layers give it.
+  const nn::VarTree vars = nn::as_vars(state.params, false);
+  ShardedTensor out = model.apply(nn::ParamView(vars), ctx, nn::Var(data.batch(state.step).x)).value();
+  out.set_name("output");
+  if (root) std::cout << "\ninference output: " << out.picture();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  tessera::Environment env(argc, argv);
+  CLI::App app{"train_mlp: the Flax sharding tutorial's MLP, trained SPMD over MPI"};
+  Options o;
+  // A flag given twice takes its last value, so wrappers (scripts/run.sh) can be overridden.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("--mesh", o.mesh, "mesh axes, name=size,... (product = ranks)")->capture_default_str();
+  app.add_option("--batch", o.batch, "global batch size")->capture_default_str();
+  app.add_option("--layers", o.layers, "number of DotReluDot layers")->capture_default_str();
+  app.add_option("--depth", o.depth, "width of the layers (input, hidden and output)")->capture_default_str();
+  app.add_flag("--scan", o.scan, "stacked layers with a leading layer dimension, run by a scan");
+  app.add_flag("--logical", o.logical, "logical names (batch, embed, hidden, layer) resolved by --rules");
+  app.add_option("--rules", o.rules, "logical rules, name=axis[+axis],...")->capture_default_str();
+  app.add_option("--steps", o.steps, "train until this step")->capture_default_str();
+  app.add_option("--lr", o.lr, "Adam learning rate")->capture_default_str();
+  app.add_option("--loss", o.loss, "sum (the tutorial's), mse or xent (teacher targets)")
+      ->check(CLI::IsMember({"sum", "mse", "xent"}))
+      ->capture_default_str();
+  app.add_option("--input", o.input, "ones (the tutorial's) or random (RNG keyed by seed and step)")
+      ->check(CLI::IsMember({"ones", "random"}))
+      ->capture_default_str();
+  app.add_option("--examples", o.examples, "size of the pool random inputs are drawn from (0: fresh every step)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of parameters, data and teacher")->capture_default_str();
+  app.add_option("--microbatches", o.microbatches, "serial microbatches per step")->capture_default_str();
+  app.add_option("--ckpt-dir", o.ckpt_dir, "checkpoint directory (saves at the end, and every --save-every)");
+  app.add_option("--save-every", o.save_every, "save every N steps (0: only at the end)")->capture_default_str();
+  app.add_option("--keep", o.keep, "checkpoints kept")->capture_default_str();
+  app.add_flag("--resume", o.resume, "continue from the latest checkpoint in --ckpt-dir");
+  app.add_option("--metrics", o.metrics, "write one JSON object per step to FILE");
+  app.add_flag("--quiet", o.quiet, "no progress line per step");
+  return tessera::apps::parse_and_run("train_mlp", app, argc, argv, [&](int rank) { return run(o, rank); });
+}

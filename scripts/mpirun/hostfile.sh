@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# hostfile.sh HOSTFILE N PROGRAM [ARGS...]: run PROGRAM on N ranks spread over the hosts of an
+# Open MPI hostfile ("node01 slots=16" per line), started over ssh. Every host needs the same
+# path to PROGRAM (a shared file system or an identical copy) and password-less ssh.
+# Same settings as local.sh: root allowed, no shared-memory single copy, ROMIO for MPI-IO;
+# ranks fill each host's slots in order, so a mesh's minor axes stay inside a node.
+# Extra mpirun flags can be passed in TESSERA_MPIRUN_FLAGS (e.g. "--mca btl_tcp_if_include eth0").
+set -euo pipefail
+if [ $# -lt 3 ]; then
+  echo "usage: $0 HOSTFILE N PROGRAM [ARGS...]" >&2
+  exit 2
+fi
+hostfile=$1
+n=$2
+shift 2
+if [ ! -r "$hostfile" ]; then
+  echo "hostfile.sh: cannot read hostfile '$hostfile'" >&2
+  exit 2
+fi
+if ! [[ "$n" =~ ^[1-9][0-9]*$ ]]; then
+  echo "hostfile.sh: rank count must be a positive integer, got '$n'" >&2
+  exit 2
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+flags=(--hostfile "$hostfile" --map-by slot --bind-to none
+       --mca btl_vader_single_copy_mechanism none --mca io romio321
+       -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM)
+# The slots the hostfile claims; more ranks than that oversubscribes (and yields when idle).
+slots=$(awk '!/^[[:space:]]*(#|$)/ { s = 1; for (i = 2; i <= NF; i++) if ($i ~ /^slots=/) { split($i, a, "="); s = a[2] } total += s } END { print total + 0 }' "$hostfile")
+if [ "$n" -gt "$slots" ]; then
+  flags+=(--oversubscribe --mca mpi_yield_when_idle 1)
+fi
+if [ "${TESSERA_MPIRUN_VERBOSE:-0}" != 1 ]; then
+  flags+=(--quiet)  # as local.sh: the program's own message is the one that matters
+fi
+# shellcheck disable=SC2206
+extra=(${TESSERA_MPIRUN_FLAGS:-})
+exec mpirun -n "$n" "${flags[@]}" "${extra[@]}" "$@"
