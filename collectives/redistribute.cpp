@@ -88,26 +88,6 @@ RelayoutPieces relayout_pieces(const MeshShape& mesh, const Spec& from, const Sp
   return out;
 }
 
-namespace {
-
-int position_in(const MeshShape& mesh, const Axes& axes, const std::vector<int>& coords) {
-  int p = 0;
-  for (const auto& a : axes) p = p * mesh.axis_size(a) + coords[mesh.axis_index(a)];
-  return p;
-}
-
-}  // namespace
-
-std::int64_t relayout_bytes_sent(const MeshShape& mesh, const Spec& from, const Spec& to, const Shape& global,
-                                 DType dtype, const std::vector<int>& coords) {
-  const int me = position_in(mesh, relayout_axes(mesh, from, to), coords);
-  std::int64_t elements = 0;
-  for (const auto& piece : relayout_pieces(mesh, from, to, global, coords).sends) {
-    if (piece.peer != me) elements += piece.numel();
-  }
-  return elements * static_cast<std::int64_t>(dtype_size(dtype));
-}
-
 std::vector<std::vector<std::int64_t>> relayout_matrix(const MeshShape& mesh, const Spec& from, const Spec& to,
                                                        const Shape& global) {
   const Axes axes = relayout_axes(mesh, from, to);

@@ -45,10 +45,6 @@ RelayoutPieces relayout_pieces(const MeshShape& mesh, const Spec& from, const Sp
 std::vector<std::vector<std::int64_t>> relayout_matrix(const MeshShape& mesh, const Spec& from, const Spec& to,
                                                        const Shape& global);
 
-// Bytes sent to other ranks by the rank at `coords`.
-std::int64_t relayout_bytes_sent(const MeshShape& mesh, const Spec& from, const Spec& to, const Shape& global,
-                                 DType dtype, const std::vector<int>& coords);
-
 // When every rank sends its whole block to at most one other rank and receives its whole new
 // block from at most one: the (source, destination) positions in axes_comm(relayout_axes), for
 // permute(). Empty optional otherwise.

@@ -90,8 +90,10 @@ Tensor run_steps(const Mesh& mesh, const Shape& global, Spec cur, const std::vec
   return owned ? std::move(local) : *borrowed;
 }
 
+// `owned_local` is x's block moved out of x (rvalue reshard) when `owned`; x's own block otherwise.
 ShardedTensor execute(const ShardedTensor& x, const Spec& target, Tensor owned_local, bool owned) {
-  const ReshardPlan plan = plan_reshard(x.mesh().shape(), x.spec(), target, x.global_shape(), x.dtype());
+  const DType dtype = owned ? owned_local.dtype() : x.dtype();
+  const ReshardPlan plan = plan_reshard(x.mesh().shape(), x.spec(), target, x.global_shape(), dtype);
   // The planner works without size-1 axes; the first step's input spec is the source's.
   Spec cur = x.spec();
   for (auto& d : cur.dims) {

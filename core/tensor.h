@@ -77,6 +77,8 @@ class Tensor {
   bool bit_equal(const Tensor& other) const;
 
  private:
+  // Large blocks go back to a small per-process cache for the next tensor of the same size
+  // (see tensor.cpp), so repeated ops on large tensors do not fault in fresh pages every time.
   struct Free {
     Free() noexcept : bytes(0) {}
     explicit Free(std::size_t b) noexcept : bytes(b) {}

@@ -9,11 +9,13 @@
 
 #include "collectives/layout.h"
 #include "core/error.h"
+#include "tests/collectives/expect_error.h"
 #include "tests/test_meshes.h"
 
 namespace tessera {
 namespace {
 
+using testing_support::expect_error;
 using testing_support::meshes_of_size;
 using testing_support::world_size;
 
@@ -230,16 +232,6 @@ TEST(Collectives, PermuteShiftsAndZeroesRanksWithoutASource) {
 }
 
 // Errors that depend only on replicated facts are raised on every rank before any message.
-template <class E, class F>
-void expect_error(F&& f, const std::string& message) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an error: " << message;
-  } catch (const E& e) {
-    EXPECT_EQ(std::string(e.what()), message);
-  }
-}
-
 TEST(Collectives, BadInputIsAnErrorOnEveryRank) {
   for (const auto& shape : meshes_of_size(world_size())) {
     Mesh mesh = Mesh::world(shape);

@@ -11,11 +11,13 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "tests/collectives/expect_error.h"
 #include "tests/test_meshes.h"
 
 namespace tessera {
 namespace {
 
+using testing_support::expect_error;
 using testing_support::meshes_of_size;
 using testing_support::world_size;
 
@@ -160,16 +162,6 @@ TEST(Reshard, PartialSumsAreDeterministicAndReplicasBitIdentical) {
             << "rank " << r << " " << target.to_string();
       }
     }
-  }
-}
-
-template <class E, class F>
-void expect_error(F&& f, const std::string& message) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an error: " << message;
-  } catch (const E& e) {
-    EXPECT_EQ(std::string(e.what()), message);
   }
 }
 
