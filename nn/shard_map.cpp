@@ -1,0 +1,274 @@
+// shard_map: one taped op whose forward runs the body on local blocks and whose backward runs
+// the body's tape. The replication analysis reads the body's tape (see spmd_frame.h).
+#include "nn/shard_map.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <unordered_map>
+
+#include "collectives/collectives.h"
+#include "collectives/reshard.h"
+#include "core/error.h"
+#include "core/shape_scope.h"
+#include "nn/ops.h"
+#include "nn/spmd_frame.h"
+
+namespace tessera::nn {
+
+namespace {
+
+using detail::SpmdFrame;
+
+// What the backward of every result needs: the body's tape and the boundary's specs.
+struct Boundary {
+  Mesh mesh, local;
+  std::vector<Spec> in_specs, out_specs;  // padded to the tensors' ranks
+  std::vector<Shape> in_shapes;           // global
+  std::vector<Var> leaves, results;       // the body's inputs and outputs (local)
+  std::vector<std::uint64_t> summed;      // per input: the unmentioned axes its cotangent is summed over
+};
+
+Axes axes_of(const MeshShape& mesh, std::uint64_t mask) {
+  Axes out;
+  for (int i = 0; i < mesh.ndim(); ++i) {
+    if (mask >> i & 1) out.push_back(mesh.names()[i]);
+  }
+  return out;
+}
+
+// Mesh axes of size > 1 that `spec` does not mention.
+std::uint64_t unmentioned(const Spec& spec, const MeshShape& mesh) {
+  std::uint64_t mask = 0;
+  const Axes used = spec.used_axes();
+  for (int i = 0; i < mesh.ndim(); ++i) {
+    if (mesh.sizes()[i] > 1 && std::find(used.begin(), used.end(), mesh.names()[i]) == used.end()) {
+      mask |= std::uint64_t{1} << i;
+    }
+  }
+  return mask;
+}
+
+// The varying axes of every node the results depend on, and which inputs each depends on.
+struct Vary {
+  std::uint64_t axes = 0;
+  std::uint64_t inputs = 0;
+};
+
+class VaryAnalysis {
+ public:
+  explicit VaryAnalysis(const SpmdFrame& frame) : frame_(frame) {}
+  Vary visit(const Node* node) {
+    if (auto it = memo_.find(node); it != memo_.end()) return it->second;
+    Vary v;
+    auto rule = frame_.rules.find(node);
+    if (rule != frame_.rules.end() && rule->second.input >= 0) {
+      v.axes = rule->second.adds;
+      v.inputs = std::uint64_t{1} << rule->second.input;
+    } else {
+      for (const auto& in : node->inputs) {
+        Vary c = visit(in.node().get());
+        v.axes |= c.axes;
+        v.inputs |= c.inputs;
+      }
+      if (rule != frame_.rules.end()) v.axes = (v.axes & ~rule->second.removes) | rule->second.adds;
+    }
+    memo_[node] = v;
+    return v;
+  }
+  const std::unordered_map<const Node*, Vary>& memo() const { return memo_; }
+
+ private:
+  const SpmdFrame& frame_;
+  std::unordered_map<const Node*, Vary> memo_;
+};
+
+std::string result_label(const Signature* sig, std::size_t k) {
+  return sig ? "result '" + sig->outputs[k].name + "'" : "result " + std::to_string(k);
+}
+
+bool check_replication_requested(const ShardMapOptions& options) {
+  if (options.check_replication) return true;
+  const char* env = std::getenv("TESSERA_SHARD_MAP_CHECK");
+  return env != nullptr && std::string(env) == "1";
+}
+
+// Debug mode: the blocks of a result must be equal along `axis` (two max all-reduces, then one
+// all-reduce over the mesh so that every rank throws).
+void check_same_along(const Mesh& mesh, const Tensor& block, const std::string& axis, const std::string& label,
+                      const Spec& spec) {
+  Tensor hi = tessera::all_reduce(mesh, block, {axis}, ReduceOp::max);
+  Tensor neg = unary(UnaryOp::neg, block);
+  Tensor lo = tessera::all_reduce(mesh, neg, {axis}, ReduceOp::max);
+  double diff = 0;
+  for (std::int64_t i = 0; i < hi.numel(); ++i) diff = std::max(diff, std::abs(hi.at(i) + lo.at(i)));
+  Tensor flag = Tensor::full({1}, diff, DType::f64);
+  flag = tessera::all_reduce(mesh, flag, mesh.axis_names(), ReduceOp::max);
+  if (flag.at(0) > 0) {
+    throw ShapeError("shard_map: " + label + " is not the same along mesh axis '" + axis + "', which its out_spec " +
+                     spec.to_string() + " does not mention (blocks differ by up to " + std::to_string(flag.at(0)) + ")");
+  }
+}
+
+std::vector<Var> shard_map_impl(const Mesh& mesh, const ShardMapBody& body, const std::vector<Spec>& in_specs,
+                                const std::vector<Spec>& out_specs, const std::vector<Var>& args,
+                                const ShardMapOptions& options, const Signature* sig) {
+  const MeshShape& shape = mesh.shape();
+  if (args.size() != in_specs.size()) {
+    throw Error("shard_map: " + std::to_string(args.size()) + " arguments for " + std::to_string(in_specs.size()) +
+                " in_specs");
+  }
+  if (args.size() > 64) throw Error("shard_map: more than 64 arguments");
+  if (shape.ndim() > 64) throw Error("shard_map: a mesh of more than 64 axes");
+  auto b = std::make_shared<Boundary>();
+  b->mesh = mesh;
+  b->local = local_mesh(mesh);
+  std::vector<Var> inputs;  // the arguments in their in_specs (the outer op's inputs)
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string label = sig ? "argument '" + sig->inputs[i].name + "'" : "argument " + std::to_string(i);
+    if (!(args[i].mesh() == mesh)) {
+      throw MeshError("shard_map: " + label + " lives on " + args[i].mesh().to_string() + ", not on " + mesh.to_string());
+    }
+    Spec spec = in_specs[i].padded(args[i].rank());
+    validate_spec(spec, shape, args[i].shape(), label);
+    inputs.push_back(args[i].spec() == spec ? args[i] : nn::reshard(args[i], spec));
+    b->in_specs.push_back(spec);
+    b->in_shapes.push_back(args[i].shape());
+  }
+  SpmdFrame frame{mesh, b->local, {}};
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& block = inputs[i].value().local();
+    Var leaf(ShardedTensor(b->local, Spec::replicated(block.rank()), block.shape(), block), inputs[i].requires_grad());
+    frame.rules[leaf.node().get()] = {detail::axis_mask(shape, b->in_specs[i].used_axes()), 0, static_cast<int>(i)};
+    b->leaves.push_back(leaf);
+  }
+  {
+    detail::FrameGuard guard(frame);
+    b->results = body(b->leaves);
+  }
+  if (b->results.size() != out_specs.size()) {
+    throw Error("shard_map: the body returned " + std::to_string(b->results.size()) + " results for " +
+                std::to_string(out_specs.size()) + " out_specs");
+  }
+  VaryAnalysis analysis(frame);
+  std::vector<ShardedTensor> values;
+  for (std::size_t k = 0; k < b->results.size(); ++k) {
+    const Var& r = b->results[k];
+    const std::string label = result_label(sig, k);
+    if (!r.defined() || !(r.mesh() == b->local)) {
+      throw MeshError("shard_map: " + label + " is not a local block (return Vars computed from the body's inputs)");
+    }
+    const Tensor& block = r.value().local();
+    if (sig) {
+      const ArgSignature& want = sig->outputs[k];
+      if (r.dtype() != want.dtype) {
+        throw ShapeError("shard_map: " + label + " has dtype " + std::string(dtype_name(r.dtype())) +
+                         ", the signature says " + std::string(dtype_name(want.dtype)));
+      }
+      check_local(want.shape, block.shape(), shape, want.name);
+    }
+    Spec spec = out_specs[k].padded(block.rank());
+    Shape global = block.shape();
+    for (const auto& axis : spec.used_axes()) {
+      if (!shape.has_axis(axis)) {
+        throw SpecError("shard_map: the out_spec " + spec.to_string() + " of " + label + " names mesh axis '" + axis +
+                        "', which is not in " + mesh.to_string());
+      }
+    }
+    for (int d = 0; d < block.rank(); ++d) global[d] *= shard_count(spec, shape, d);
+    validate_spec(spec, shape, global, label);
+    const std::uint64_t varies = analysis.visit(r.node().get()).axes & unmentioned(spec, shape);
+    if (varies != 0) {
+      throw SpecError("shard_map: " + label + " varies over mesh axis '" + axes_of(shape, varies)[0] +
+                      "' but its out_spec " + spec.to_string() +
+                      " does not mention it (reduce it with psum or pmax, or name the axis in the spec)");
+    }
+    if (check_replication_requested(options)) {
+      for (const auto& axis : axes_of(shape, unmentioned(spec, shape))) check_same_along(mesh, block, axis, label, spec);
+    }
+    values.emplace_back(mesh, spec, global, block);
+    b->out_specs.push_back(spec);
+  }
+  // An input's cotangent is summed over an unmentioned axis when anything computed from it varies
+  // over that axis (JAX inserts a pbroadcast there, whose transpose is that psum).
+  b->summed.assign(inputs.size(), 0);
+  for (const auto& [node, v] : analysis.memo()) {
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      if (v.inputs >> i & 1) b->summed[i] |= v.axes;
+    }
+  }
+  for (std::size_t i = 0; i < inputs.size(); ++i) b->summed[i] &= unmentioned(b->in_specs[i], shape);
+
+  std::vector<Var> out;
+  for (std::size_t k = 0; k < values.size(); ++k) {
+    out.push_back(make_result("shard_map", std::move(values[k]), inputs, [b, k](const ShardedTensor& g, GradSink& sink) {
+      const Spec target = b->out_specs[k].without_partial();
+      ShardedTensor gk = g.spec() == target ? g : tessera::reshard(g, target);
+      const Tensor& block = gk.local();
+      ShardedTensor seed(b->local, Spec::replicated(block.rank()), block.shape(), block);
+      std::vector<Var> wrt;
+      std::vector<std::size_t> index;
+      for (std::size_t i = 0; i < b->leaves.size(); ++i) {
+        if (sink.wants(static_cast<int>(i)) && b->leaves[i].requires_grad()) {
+          wrt.push_back(b->leaves[i]);
+          index.push_back(i);
+        }
+      }
+      if (wrt.empty()) return;
+      auto grads = gradients(b->results[k], seed, wrt);
+      for (std::size_t j = 0; j < wrt.size(); ++j) {
+        if (!grads[j]) continue;
+        const std::size_t i = index[j];
+        Spec spec(b->in_specs[i].dims, axes_of(b->mesh.shape(), b->summed[i]));
+        sink.add(static_cast<int>(i), ShardedTensor(b->mesh, spec, b->in_shapes[i], std::move(grads[j]->local())));
+      }
+    }));
+  }
+  return out;
+}
+
+}  // namespace
+
+const Mesh& local_mesh(const Mesh& mesh) {
+  // Keyed by axis names: the local mesh depends on nothing else. Communicators left at exit are
+  // not freed after MPI_Finalize (see Communicator).
+  static std::map<std::vector<std::string>, Mesh> cache;
+  auto it = cache.find(mesh.axis_names());
+  if (it == cache.end()) {
+    std::vector<int> ones(mesh.axis_names().size(), 1);
+    it = cache.emplace(mesh.axis_names(), Mesh(MeshShape(mesh.axis_names(), ones), Communicator(MPI_COMM_SELF, false)))
+             .first;
+  }
+  return it->second;
+}
+
+std::vector<Var> shard_map(const Mesh& mesh, const ShardMapBody& body, const std::vector<Spec>& in_specs,
+                           const std::vector<Spec>& out_specs, const std::vector<Var>& args,
+                           const ShardMapOptions& options) {
+  return shard_map_impl(mesh, body, in_specs, out_specs, args, options, nullptr);
+}
+
+std::vector<Var> shard_map(const Mesh& mesh, const Signature& signature, const ShardMapBody& body,
+                           const std::vector<Var>& args, const ShardMapOptions& options) {
+  if (args.size() != signature.inputs.size()) {
+    throw Error("shard_map: " + std::to_string(args.size()) + " arguments for the signature " + signature.to_string());
+  }
+  ShapeScope scope(ShapeScope::Visibility::isolated);
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const ArgSignature& want = signature.inputs[i];
+    if (args[i].dtype() != want.dtype) {
+      throw ShapeError("shard_map: argument '" + want.name + "' has dtype " + std::string(dtype_name(args[i].dtype())) +
+                       ", the signature says " + std::string(dtype_name(want.dtype)));
+    }
+    check_global(want.shape, args[i].shape(), mesh.shape(), want.name);
+  }
+  return shard_map_impl(mesh, body, signature.in_specs(), signature.out_specs(), args, options, &signature);
+}
+
+std::vector<Var> shard_map(const Mesh& mesh, std::string_view signature, const ShardMapBody& body,
+                           const std::vector<Var>& args, const ShardMapOptions& options) {
+  return shard_map(mesh, parse_signature(signature), body, args, options);
+}
+
+}  // namespace tessera::nn
