@@ -27,7 +27,6 @@ struct Boundary {
   std::vector<Spec> in_specs, out_specs;  // padded to the tensors' ranks
   std::vector<Shape> in_shapes;           // global
   std::vector<Var> leaves, results;       // the body's inputs and outputs (local)
-  std::vector<std::uint64_t> summed;      // per input: the unmentioned axes its cotangent is summed over
 };
 
 Axes axes_of(const MeshShape& mesh, std::uint64_t mask) {
@@ -53,7 +52,10 @@ std::uint64_t unmentioned(const Spec& spec, const MeshShape& mesh) {
 // The varying axes of every node the results depend on, and which inputs each depends on.
 struct Vary {
   std::uint64_t axes = 0;
-  std::uint64_t inputs = 0;
+  std::uint64_t inputs = 0;  // bit i: depends on the body's input i
+  // The axes the node's operands are taken to vary over: the union of the inputs' axes, plus
+  // the axes of the collective that made it (a collective takes its operand as varying there).
+  std::uint64_t operands = 0;
 };
 
 class VaryAnalysis {
@@ -72,7 +74,11 @@ class VaryAnalysis {
         v.axes |= c.axes;
         v.inputs |= c.inputs;
       }
-      if (rule != frame_.rules.end()) v.axes = (v.axes & ~rule->second.removes) | rule->second.adds;
+      v.operands = v.axes;
+      if (rule != frame_.rules.end()) {
+        v.operands |= rule->second.adds | rule->second.removes;
+        v.axes = (v.axes & ~rule->second.removes) | rule->second.adds;
+      }
     }
     memo_[node] = v;
     return v;
@@ -83,6 +89,55 @@ class VaryAnalysis {
   const SpmdFrame& frame_;
   std::unordered_map<const Node*, Vary> memo_;
 };
+
+// JAX's implicit pbroadcast (pvary): where an operand invariant over some axes meets operands
+// that vary over them, its cotangent (which varies there) must be summed over those axes. The
+// sink wraps an op's backward and all-reduces the cotangent of each such operand.
+class PvarySink : public GradSink {
+ public:
+  PvarySink(GradSink& inner, const Mesh& mesh, const std::vector<Axes>& sum_over)
+      : inner_(inner), mesh_(mesh), sum_over_(sum_over) {}
+  void add(int input, ShardedTensor grad) override { inner_.add(input, summed(input, std::move(grad))); }
+  void add_slab(int input, std::int64_t index, ShardedTensor grad) override {
+    inner_.add_slab(input, index, summed(input, std::move(grad)));
+  }
+  bool wants(int input) const override { return inner_.wants(input); }
+
+ private:
+  ShardedTensor summed(int input, ShardedTensor grad) const {
+    const Axes& axes = sum_over_.at(input);
+    if (axes.empty() || !inner_.wants(input)) return grad;
+    Tensor total = tessera::all_reduce(mesh_, std::move(grad.local()), axes, ReduceOp::sum);
+    return ShardedTensor(grad.mesh(), grad.spec(), grad.global_shape(), std::move(total));
+  }
+  GradSink& inner_;
+  const Mesh& mesh_;
+  const std::vector<Axes>& sum_over_;
+};
+
+// Wraps the backward of every node of the body whose operands' varying axes differ.
+void insert_pvary_transposes(const VaryAnalysis& analysis, const Mesh& mesh) {
+  std::uint64_t live = 0;  // axes of size > 1: the others need no sum
+  for (int i = 0; i < mesh.shape().ndim(); ++i) {
+    if (mesh.shape().sizes()[i] > 1) live |= std::uint64_t{1} << i;
+  }
+  for (const auto& [const_node, v] : analysis.memo()) {
+    Node* node = const_cast<Node*>(const_node);  // nodes of this body only (they depend on its inputs)
+    if (v.inputs == 0 || node->inputs.empty() || !node->backward) continue;
+    std::vector<Axes> sum_over(node->inputs.size());
+    bool any = false;
+    for (std::size_t j = 0; j < node->inputs.size(); ++j) {
+      const std::uint64_t missing = v.operands & ~analysis.memo().at(node->inputs[j].node().get()).axes & live;
+      sum_over[j] = axes_of(mesh.shape(), missing);
+      any = any || missing != 0;
+    }
+    if (!any) continue;
+    node->backward = [backward = std::move(node->backward), mesh, sum_over](const ShardedTensor& g, GradSink& sink) {
+      PvarySink pvary(sink, mesh, sum_over);
+      backward(g, pvary);
+    };
+  }
+}
 
 std::string result_label(const Signature* sig, std::size_t k) {
   return sig ? "result '" + sig->outputs[k].name + "'" : "result " + std::to_string(k);
@@ -190,15 +245,7 @@ std::vector<Var> shard_map_impl(const Mesh& mesh, const ShardMapBody& body, cons
     values.emplace_back(mesh, spec, global, block);
     b->out_specs.push_back(spec);
   }
-  // An input's cotangent is summed over an unmentioned axis when anything computed from it varies
-  // over that axis (JAX inserts a pbroadcast there, whose transpose is that psum).
-  b->summed.assign(inputs.size(), 0);
-  for (const auto& [node, v] : analysis.memo()) {
-    for (std::size_t i = 0; i < inputs.size(); ++i) {
-      if (v.inputs >> i & 1) b->summed[i] |= v.axes;
-    }
-  }
-  for (std::size_t i = 0; i < inputs.size(); ++i) b->summed[i] &= unmentioned(b->in_specs[i], shape);
+  insert_pvary_transposes(analysis, mesh);
 
   std::vector<Var> out;
   for (std::size_t k = 0; k < values.size(); ++k) {
@@ -220,8 +267,9 @@ std::vector<Var> shard_map_impl(const Mesh& mesh, const ShardMapBody& body, cons
       for (std::size_t j = 0; j < wrt.size(); ++j) {
         if (!grads[j]) continue;
         const std::size_t i = index[j];
-        Spec spec(b->in_specs[i].dims, axes_of(b->mesh.shape(), b->summed[i]));
-        sink.add(static_cast<int>(i), ShardedTensor(b->mesh, spec, b->in_shapes[i], std::move(grads[j]->local())));
+        // Invariant over the axes in_spec leaves out: the pvary transposes summed it where needed.
+        sink.add(static_cast<int>(i), ShardedTensor(b->mesh, Spec(b->in_specs[i].dims), b->in_shapes[i],
+                                                    std::move(grads[j]->local())));
       }
     }));
   }
@@ -261,7 +309,13 @@ std::vector<Var> shard_map(const Mesh& mesh, const Signature& signature, const S
       throw ShapeError("shard_map: argument '" + want.name + "' has dtype " + std::string(dtype_name(args[i].dtype())) +
                        ", the signature says " + std::string(dtype_name(want.dtype)));
     }
-    check_global(want.shape, args[i].shape(), mesh.shape(), want.name);
+    try {
+      check_global(want.shape, args[i].shape(), mesh.shape(), want.name);
+    } catch (const ShapeError& e) {
+      throw ShapeError(std::string("shard_map: argument ") + e.what());
+    } catch (const SpecError& e) {
+      throw SpecError(std::string("shard_map: argument ") + e.what());
+    }
   }
   return shard_map_impl(mesh, body, signature.in_specs(), signature.out_specs(), args, options, &signature);
 }

@@ -13,10 +13,12 @@
 //              compared across the axis (two all-reduces per output and axis, for debugging).
 //              A partial axis in s is allowed: the global value is the sum of the blocks.
 //   gradients  shard_map is one taped op: its backward runs the body's tape with the output
-//              cotangent's block as seed. Collectives transpose as in spmd_collectives.h; the
-//              cotangent of an input that is replicated over an axis is summed over it (one
-//              all-reduce, done by the global reshard to the input's spec) when the body made
-//              it vary over that axis, and used as is otherwise.
+//              cotangent's block as seed. Collectives transpose as in spmd_collectives.h. The
+//              body's tape is typed as in JAX: a value varies over the axes its inputs are split
+//              on, psum / pmax make it invariant again; where an op meets an operand invariant
+//              over an axis with one that varies over it (JAX's implicit pbroadcast), the
+//              backward all-reduces that operand's cotangent over the axis (pbroadcast's
+//              transpose, psum). That is where Megatron's backward all-reduces come from.
 // Everything checked before communication (counts, meshes, dtypes, shapes) throws the same error
 // on every rank.
 #pragma once

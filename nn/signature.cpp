@@ -76,7 +76,9 @@ ArgSignature parse_arg(std::string_view text, std::string_view part, bool need_n
 }  // namespace
 
 std::string ArgSignature::to_string() const {
-  return name + ": " + std::string(dtype_name(dtype)) + "[" + shape.to_string() + "]";
+  // Unnamed results print without their default name.
+  const std::string prefix = name.rfind("result ", 0) == 0 ? "" : name + ": ";
+  return prefix + std::string(dtype_name(dtype)) + "[" + shape.to_string() + "]";
 }
 
 std::vector<Spec> Signature::in_specs() const {

@@ -78,6 +78,10 @@ void check_divides(const char* op, const Var& x, int dim, const Axes& axes, int 
   }
 }
 
+// Over axes of total size 1 every collective is the identity: no call, no record (as reshard,
+// whose steps skip such axes).
+bool trivial(const Mesh& mesh, const Axes& axes) { return mesh.shape().axes_size(axes) == 1; }
+
 ShardedTensor wrap(const Mesh& local, Tensor t) {
   Shape shape = t.shape();
   return ShardedTensor(local, Spec::replicated(static_cast<int>(shape.size())), shape, std::move(t));
@@ -107,7 +111,8 @@ int axis_size(const std::string& axis) { return axis_size(Axes{axis}); }
 Var psum(const Var& x, const Axes& axes) {
   SpmdFrame& frame = frame_for("psum", axes);
   check_local_var("psum", x, frame);
-  Tensor out = tessera::all_reduce(frame.mesh, x.value().local(), axes, ReduceOp::sum);
+  Tensor out = trivial(frame.mesh, axes) ? x.value().local()
+                                         : tessera::all_reduce(frame.mesh, x.value().local(), axes, ReduceOp::sum);
   // pbroadcast: the cotangent of a value replicated over `axes` is used as is on every rank.
   Var result = make_result("psum", wrap(frame.local, std::move(out)), {x},
                            [](const ShardedTensor& g, GradSink& sink) { sink.add(0, g); });
@@ -118,6 +123,7 @@ Var psum(const Var& x, const std::string& axis) { return psum(x, Axes{axis}); }
 Var pmax(const Var& x, const Axes& axes) {
   SpmdFrame& frame = frame_for("pmax", axes);
   check_local_var("pmax", x, frame);
+  if (trivial(frame.mesh, axes)) return psum(x, axes);  // the maximum of one block
   Tensor out = tessera::all_reduce(frame.mesh, x.value().local(), axes, ReduceOp::max);
   Mesh mesh = frame.mesh, local = frame.local;
   ShardedTensor value = wrap(local, std::move(out));
@@ -142,11 +148,12 @@ Var all_gather(const Var& x, const Axes& axes, int dim) {
   SpmdFrame& frame = frame_for("all_gather", axes);
   check_local_var("all_gather", x, frame);
   check_dim("all_gather", x, dim);
-  Tensor out = tessera::all_gather(frame.mesh, x.value().local(), axes, dim);
+  const bool one = trivial(frame.mesh, axes);
+  Tensor out = one ? x.value().local() : tessera::all_gather(frame.mesh, x.value().local(), axes, dim);
   Mesh mesh = frame.mesh, local = frame.local;
   Var result = make_result("all_gather", wrap(local, std::move(out)), {x},
-                           [mesh, local, axes, dim](const ShardedTensor& g, GradSink& sink) {
-                             sink.add(0, wrap(local, tessera::reduce_scatter(mesh, g.local(), axes, dim)));
+                           [mesh, local, axes, dim, one](const ShardedTensor& g, GradSink& sink) {
+                             sink.add(0, one ? g : wrap(local, tessera::reduce_scatter(mesh, g.local(), axes, dim)));
                            });
   // The gathered value is typed as varying (its transpose is psum_scatter), as in JAX.
   return finish(frame, result, {detail::axis_mask(frame.mesh.shape(), axes), 0});
@@ -158,11 +165,12 @@ Var psum_scatter(const Var& x, const Axes& axes, int dim) {
   check_local_var("psum_scatter", x, frame);
   check_dim("psum_scatter", x, dim);
   check_divides("psum_scatter", x, dim, axes, frame.mesh.shape().axes_size(axes));
-  Tensor out = tessera::reduce_scatter(frame.mesh, x.value().local(), axes, dim);
+  const bool one = trivial(frame.mesh, axes);
+  Tensor out = one ? x.value().local() : tessera::reduce_scatter(frame.mesh, x.value().local(), axes, dim);
   Mesh mesh = frame.mesh, local = frame.local;
   Var result = make_result("psum_scatter", wrap(local, std::move(out)), {x},
-                           [mesh, local, axes, dim](const ShardedTensor& g, GradSink& sink) {
-                             sink.add(0, wrap(local, tessera::all_gather(mesh, g.local(), axes, dim)));
+                           [mesh, local, axes, dim, one](const ShardedTensor& g, GradSink& sink) {
+                             sink.add(0, one ? g : wrap(local, tessera::all_gather(mesh, g.local(), axes, dim)));
                            });
   return finish(frame, result, {detail::axis_mask(frame.mesh.shape(), axes), 0});
 }
@@ -174,11 +182,14 @@ Var all_to_all(const Var& x, const Axes& axes, int split_dim, int concat_dim) {
   check_dim("all_to_all", x, split_dim, "split dimension");
   check_dim("all_to_all", x, concat_dim, "concat dimension");
   check_divides("all_to_all", x, split_dim, axes, frame.mesh.shape().axes_size(axes));
-  Tensor out = tessera::all_to_all(frame.mesh, x.value().local(), axes, split_dim, concat_dim);
+  const bool one = trivial(frame.mesh, axes);
+  Tensor out = one ? x.value().local() : tessera::all_to_all(frame.mesh, x.value().local(), axes, split_dim, concat_dim);
   Mesh mesh = frame.mesh, local = frame.local;
   Var result = make_result("all_to_all", wrap(local, std::move(out)), {x},
-                           [mesh, local, axes, split_dim, concat_dim](const ShardedTensor& g, GradSink& sink) {
-                             sink.add(0, wrap(local, tessera::all_to_all(mesh, g.local(), axes, concat_dim, split_dim)));
+                           [mesh, local, axes, split_dim, concat_dim, one](const ShardedTensor& g, GradSink& sink) {
+                             sink.add(0, one ? g
+                                             : wrap(local, tessera::all_to_all(mesh, g.local(), axes, concat_dim,
+                                                                               split_dim)));
                            });
   return finish(frame, result, {detail::axis_mask(frame.mesh.shape(), axes), 0});
 }
