@@ -140,7 +140,9 @@ void insert_pvary_transposes(const VaryAnalysis& analysis, const Mesh& mesh) {
 }
 
 std::string result_label(const Signature* sig, std::size_t k) {
-  return sig ? "result '" + sig->outputs[k].name + "'" : "result " + std::to_string(k);
+  // Results the signature leaves unnamed are called "result <k>" already.
+  if (!sig || sig->outputs[k].name.rfind("result ", 0) == 0) return "result " + std::to_string(k);
+  return "result '" + sig->outputs[k].name + "'";
 }
 
 bool check_replication_requested(const ShardMapOptions& options) {

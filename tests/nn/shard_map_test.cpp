@@ -332,7 +332,7 @@ TEST(ShardMapErrors, ResultThatVariesOverAnUnmentionedAxis) {
   };
   Var w1(s.w1.value(), true);  // the tape records the body
   expect_error<SpecError>([&] { shard_map(s.mesh, layer_signature(DType::f32), no_psum, {s.x, w1, s.w2}); },
-                          "shard_map: result 'result 0' varies over mesh axis 'model' but its out_spec P(data, None) "
+                          "shard_map: result 0 varies over mesh axis 'model' but its out_spec P(data, None) "
                           "does not mention it (reduce it with psum or pmax, or name the axis in the spec)");
   // Values that differ along an unmentioned axis without the tape knowing (a constant made from
   // axis_index): the debug check compares them.

@@ -6,6 +6,7 @@
 
 #include <functional>
 
+#include "collectives/comm_stats.h"
 #include "core/error.h"
 #include "nn/ops.h"
 #include "nn/shard_map.h"
@@ -107,6 +108,44 @@ TEST(SpmdCollectives, GradientsMatchFiniteDifferences) {
     for (const auto& c : cases({"data", "model"}, 4, {})) check_case(square, c);
     for (const auto& c : cases({"model"}, 2, {"data"})) check_case(square, c);
     for (const auto& c : invariant_cases({"model"}, {"data"})) check_case(square, c);
+  }
+}
+
+// Each collective in the body makes one record of the collectives layer, with its byte figure.
+TEST(SpmdCollectives, BytesAreCounted) {
+  const int n = world_size();
+  if (n == 1) GTEST_SKIP() << "no communication on one rank";
+  Mesh line = Mesh::world(MeshShape({"data"}, {n}));
+  const std::int64_t block = 2 * 3 * 8;  // a (2, 3) f64 block
+  std::vector<std::pair<int, int>> shift;
+  for (int i = 0; i < n; ++i) shift.emplace_back(i, (i + 1) % n);
+  const Spec split = spec_of({Axes{"data"}, Axes{}});
+  const Axes data{"data"};
+  std::vector<std::pair<Case, CommRecord>> expects;
+  expects.emplace_back(Case{"psum", Shape{2 * n, 3}, split, Spec(), [](const Var& x) { return psum(x, "data"); }},
+                       CommRecord{"all_reduce", data, -1, 2 * (n - 1) * block / n});
+  expects.emplace_back(
+      Case{"all_gather", Shape{2 * n, 3}, split, split, [](const Var& x) { return all_gather(x, "data", 0); }},
+      CommRecord{"all_gather", data, 0, (n - 1) * block});
+  expects.emplace_back(Case{"psum_scatter", Shape{2 * n * n, 3}, split, split,
+                            [](const Var& x) { return psum_scatter(x, "data", 0); }},
+                       CommRecord{"reduce_scatter", data, 0, (n - 1) * (n * block) / n});
+  expects.emplace_back(Case{"all_to_all", Shape{2 * n, 3 * n}, split, spec_of({Axes{}, data}),
+                            [](const Var& x) { return all_to_all(x, "data", 1, 0); }},
+                       CommRecord{"all_to_all", data, 1, (n - 1) * (n * block) / n});
+  expects.emplace_back(
+      Case{"ppermute", Shape{2 * n, 3}, split, split, [shift](const Var& x) { return ppermute(x, "data", shift); }},
+      CommRecord{"permute", data, -1, block});
+  for (const auto& [c, want] : expects) {
+    Var x(ShardedTensor::from_global(line, c.in, test_values(c.x_shape, 1), "x"));
+    CommScope scope;
+    shard_map(line, [&](const std::vector<Var>& a) { return std::vector<Var>{c.body(a[0])}; }, {c.in}, {c.out}, {x});
+    const std::vector<CommRecord> records = scope.records();
+    ASSERT_EQ(records.size(), 1u) << c.name;
+    EXPECT_EQ(records[0].op, want.op) << c.name;
+    EXPECT_EQ(records[0].axes, want.axes) << c.name;
+    EXPECT_EQ(records[0].dim, want.dim) << c.name;
+    EXPECT_EQ(records[0].bytes, want.bytes) << c.name;
   }
 }
 
