@@ -139,6 +139,21 @@ void insert_pvary_transposes(const VaryAnalysis& analysis, const Mesh& mesh) {
   }
 }
 
+// The tape the body would have had with its leaves' real requires_grad: a node that depends on
+// no input that needs a gradient keeps neither inputs nor backward.
+void prune_tape(const VaryAnalysis& analysis, std::uint64_t wanted) {
+  // Dropped edges are kept until the loop ends: they may own nodes the loop has yet to visit.
+  std::vector<std::vector<Var>> dropped;
+  for (const auto& [const_node, v] : analysis.memo()) {
+    if ((v.inputs & wanted) != 0) continue;
+    Node* node = const_cast<Node*>(const_node);
+    node->requires_grad = false;
+    dropped.push_back(std::move(node->inputs));
+    node->inputs.clear();
+    node->backward = nullptr;
+  }
+}
+
 std::string result_label(const Signature* sig, std::size_t k) {
   // Results the signature leaves unnamed are called "result <k>" already.
   if (!sig || sig->outputs[k].name.rfind("result ", 0) == 0) return "result " + std::to_string(k);
@@ -196,7 +211,9 @@ std::vector<Var> shard_map_impl(const Mesh& mesh, const ShardMapBody& body, cons
   SpmdFrame frame{mesh, b->local, {}};
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& block = inputs[i].value().local();
-    Var leaf(ShardedTensor(b->local, Spec::replicated(block.rank()), block.shape(), block), inputs[i].requires_grad());
+    // Every leaf starts as a variable so that the tape records the whole body (its types need
+    // every edge); prune_tape drops what no gradient needs once the body has run.
+    Var leaf(ShardedTensor(b->local, Spec::replicated(block.rank()), block.shape(), block), true);
     frame.rules[leaf.node().get()] = {detail::axis_mask(shape, b->in_specs[i].used_axes()), 0, static_cast<int>(i)};
     b->leaves.push_back(leaf);
   }
@@ -248,6 +265,11 @@ std::vector<Var> shard_map_impl(const Mesh& mesh, const ShardMapBody& body, cons
     b->out_specs.push_back(spec);
   }
   insert_pvary_transposes(analysis, mesh);
+  std::uint64_t wanted = 0;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].requires_grad()) wanted |= std::uint64_t{1} << i;
+  }
+  prune_tape(analysis, wanted);
 
   std::vector<Var> out;
   for (std::size_t k = 0; k < values.size(); ++k) {

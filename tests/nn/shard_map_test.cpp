@@ -223,6 +223,48 @@ TEST(ShardMap, StackedSignatureForAScannedMlp) {
   }
 }
 
+// An input without a gradient still types the body: relu(x) varies over data, so W1's
+// cotangent is summed over data although nothing differentiates through x.
+TEST(ShardMap, InputsWithoutGradientsStillTypeTheBody) {
+  for (const auto& shape : meshes_2d()) {
+    Mesh mesh = Mesh::world(shape);
+    const std::int64_t batch = 8, features = 6, hidden = 8;
+    Var x(ShardedTensor::from_global(mesh, parse_spec("P(data, None)"), testing_util::test_values({batch, features}, 3),
+                                     "x"));
+    Var w1(ShardedTensor::from_global(mesh, parse_spec("P(None, model)"),
+                                      testing_util::test_values({features, hidden}, 4), "w1"),
+           true);
+    Var want = sum_loss(einsum("bd,dh->bh", relu(x), w1));
+    Var got = sum_loss(shard_map(mesh, "x: f64[batch/data embed], w1: f64[embed hidden/model] -> f64[batch/data hidden/model]",
+                                 [](const std::vector<Var>& a) {
+                                   return std::vector<Var>{einsum("bd,dh->bh", relu(a[0]), a[1])};
+                                 },
+                                 {x, w1})[0]);
+    auto gw = gradients(want, {w1}), gg = gradients(got, {w1});
+    ASSERT_TRUE(gg[0] && gw[0]) << shape.to_string();
+    EXPECT_LT(max_relative_error(gg[0]->to_global(), gw[0]->to_global()), 1e-12) << shape.to_string();
+  }
+}
+
+// The README's example, with the signature as text.
+TEST(ShardMap, ReadmeExample) {
+  Mesh mesh = Mesh::world(MeshShape({"data", "model"}, {1, world_size()}));
+  MLP mlp{1, 8 * world_size(), false, false};
+  ParamTree params = init_mlp(mlp, mesh, {4, 8});
+  Var x(input(mesh, 4, 8, DType::f32));
+  Var w1(params.at(w1_path(0))), w2(params.at(w2_path(0)));
+  Var z = shard_map(mesh,
+      "x: f32[batch/data embed], w1: f32[embed hidden/model], w2: f32[hidden/model embed]"
+      " -> f32[batch/data embed]",
+      [](const std::vector<Var>& a) {
+        Var y = relu(einsum("bd,dh->bh", a[0], a[1]));
+        Var z = einsum("bh,hd->bd", y, a[2]);
+        return std::vector<Var>{psum(z, "model")};
+      },
+      {x, w1, w2})[0];
+  EXPECT_TRUE(z.value().to_global().bit_equal(megatron_layer(mesh, x, w1, w2).value().to_global()));
+}
+
 TEST(ShardMap, InputsAreReshardedToInSpecsAndPartialOutputsAllowed) {
   Mesh mesh = Mesh::world(MeshShape({"data", "model"}, {1, world_size()}));
   const std::int64_t n = 4 * world_size();
