@@ -8,9 +8,11 @@
 //   outputs    the block of a result with out_spec s has the global shape block * shard counts;
 //              a mesh axis s does not mention asserts the result is the same on every rank along
 //              it. A result that varies over such an axis (computed from blocks split over it and
-//              not reduced by psum / pmax) is an error, found from the tape without
-//              communication; with ShardMapOptions::check_replication the values themselves are
-//              compared across the axis (two all-reduces per output and axis, for debugging).
+//              not reduced by psum / pmax) is an error, found from the body's tape without
+//              communication (the body is always recorded whole for this, then pruned to what
+//              gradients need). Values the tape cannot see vary (a constant made from
+//              axis_index) pass that check; ShardMapOptions::check_replication compares the
+//              values themselves across the axis (two all-reduces per result and axis).
 //              A partial axis in s is allowed: the global value is the sum of the blocks.
 //   gradients  shard_map is one taped op: its backward runs the body's tape with the output
 //              cotangent's block as seed. Collectives transpose as in spmd_collectives.h. The
