@@ -1,0 +1,352 @@
+// shard_map: one taped op whose forward runs the body on local blocks and whose backward runs
+// the body's tape. The replication analysis reads the body's tape (see spmd_frame.h).
+#include "nn/shard_map.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <unordered_map>
+
+#include "collectives/collectives.h"
+#include "collectives/reshard.h"
+#include "core/error.h"
+#include "core/shape_scope.h"
+#include "nn/ops.h"
+#include "nn/spmd_frame.h"
+
+namespace tessera::nn {
+
+namespace {
+
+using detail::SpmdFrame;
+
+// What the backward of every result needs: the body's tape and the boundary's specs.
+struct Boundary {
+  Mesh mesh, local;
+  std::vector<Spec> in_specs, out_specs;  // padded to the tensors' ranks
+  std::vector<Shape> in_shapes;           // global
+  std::vector<Var> leaves, results;       // the body's inputs and outputs (local)
+};
+
+Axes axes_of(const MeshShape& mesh, std::uint64_t mask) {
+  Axes out;
+  for (int i = 0; i < mesh.ndim(); ++i) {
+    if (mask >> i & 1) out.push_back(mesh.names()[i]);
+  }
+  return out;
+}
+
+// Mesh axes of size > 1 that `spec` does not mention.
+std::uint64_t unmentioned(const Spec& spec, const MeshShape& mesh) {
+  std::uint64_t mask = 0;
+  const Axes used = spec.used_axes();
+  for (int i = 0; i < mesh.ndim(); ++i) {
+    if (mesh.sizes()[i] > 1 && std::find(used.begin(), used.end(), mesh.names()[i]) == used.end()) {
+      mask |= std::uint64_t{1} << i;
+    }
+  }
+  return mask;
+}
+
+// The varying axes of every node the results depend on, and which inputs each depends on.
+struct Vary {
+  std::uint64_t axes = 0;
+  std::uint64_t inputs = 0;  // bit i: depends on the body's input i
+  // The axes the node's operands are taken to vary over: the union of the inputs' axes, plus
+  // the axes of the collective that made it (a collective takes its operand as varying there).
+  std::uint64_t operands = 0;
+};
+
+class VaryAnalysis {
+ public:
+  explicit VaryAnalysis(const SpmdFrame& frame) : frame_(frame) {}
+  Vary visit(const Node* node) {
+    if (auto it = memo_.find(node); it != memo_.end()) return it->second;
+    Vary v;
+    auto rule = frame_.rules.find(node);
+    if (rule != frame_.rules.end() && rule->second.input >= 0) {
+      v.axes = rule->second.adds;
+      v.inputs = std::uint64_t{1} << rule->second.input;
+    } else {
+      for (const auto& in : node->inputs) {
+        Vary c = visit(in.node().get());
+        v.axes |= c.axes;
+        v.inputs |= c.inputs;
+      }
+      v.operands = v.axes;
+      if (rule != frame_.rules.end()) {
+        v.operands |= rule->second.adds | rule->second.removes;
+        v.axes = (v.axes & ~rule->second.removes) | rule->second.adds;
+      }
+    }
+    memo_[node] = v;
+    return v;
+  }
+  const std::unordered_map<const Node*, Vary>& memo() const { return memo_; }
+
+ private:
+  const SpmdFrame& frame_;
+  std::unordered_map<const Node*, Vary> memo_;
+};
+
+// JAX's implicit pbroadcast (pvary): where an operand invariant over some axes meets operands
+// that vary over them, its cotangent (which varies there) must be summed over those axes. The
+// sink wraps an op's backward and all-reduces the cotangent of each such operand.
+class PvarySink : public GradSink {
+ public:
+  PvarySink(GradSink& inner, const Mesh& mesh, const std::vector<Axes>& sum_over)
+      : inner_(inner), mesh_(mesh), sum_over_(sum_over) {}
+  void add(int input, ShardedTensor grad) override { inner_.add(input, summed(input, std::move(grad))); }
+  void add_slab(int input, std::int64_t index, ShardedTensor grad) override {
+    inner_.add_slab(input, index, summed(input, std::move(grad)));
+  }
+  bool wants(int input) const override { return inner_.wants(input); }
+
+ private:
+  ShardedTensor summed(int input, ShardedTensor grad) const {
+    const Axes& axes = sum_over_.at(input);
+    if (axes.empty() || !inner_.wants(input)) return grad;
+    Tensor total = tessera::all_reduce(mesh_, std::move(grad.local()), axes, ReduceOp::sum);
+    return ShardedTensor(grad.mesh(), grad.spec(), grad.global_shape(), std::move(total));
+  }
+  GradSink& inner_;
+  const Mesh& mesh_;
+  const std::vector<Axes>& sum_over_;
+};
+
+// Wraps the backward of every node of the body whose operands' varying axes differ.
+void insert_pvary_transposes(const VaryAnalysis& analysis, const Mesh& mesh) {
+  std::uint64_t live = 0;  // axes of size > 1: the others need no sum
+  for (int i = 0; i < mesh.shape().ndim(); ++i) {
+    if (mesh.shape().sizes()[i] > 1) live |= std::uint64_t{1} << i;
+  }
+  for (const auto& [const_node, v] : analysis.memo()) {
+    Node* node = const_cast<Node*>(const_node);  // nodes of this body only (they depend on its inputs)
+    if (v.inputs == 0 || node->inputs.empty() || !node->backward) continue;
+    std::vector<Axes> sum_over(node->inputs.size());
+    bool any = false;
+    for (std::size_t j = 0; j < node->inputs.size(); ++j) {
+      const std::uint64_t missing = v.operands & ~analysis.memo().at(node->inputs[j].node().get()).axes & live;
+      sum_over[j] = axes_of(mesh.shape(), missing);
+      any = any || missing != 0;
+    }
+    if (!any) continue;
+    node->backward = [backward = std::move(node->backward), mesh, sum_over](const ShardedTensor& g, GradSink& sink) {
+      PvarySink pvary(sink, mesh, sum_over);
+      backward(g, pvary);
+    };
+  }
+}
+
+// The tape the body would have had with its leaves' real requires_grad: a node that depends on
+// no input that needs a gradient keeps neither inputs nor backward.
+void prune_tape(const VaryAnalysis& analysis, std::uint64_t wanted) {
+  // Dropped edges are kept until the loop ends: they may own nodes the loop has yet to visit.
+  std::vector<std::vector<Var>> dropped;
+  for (const auto& [const_node, v] : analysis.memo()) {
+    if ((v.inputs & wanted) != 0) continue;
+    Node* node = const_cast<Node*>(const_node);
+    node->requires_grad = false;
+    dropped.push_back(std::move(node->inputs));
+    node->inputs.clear();
+    node->backward = nullptr;
+  }
+}
+
+std::string result_label(const Signature* sig, std::size_t k) {
+  // Results the signature leaves unnamed are called "result <k>" already.
+  if (!sig || sig->outputs[k].name.rfind("result ", 0) == 0) return "result " + std::to_string(k);
+  return "result '" + sig->outputs[k].name + "'";
+}
+
+bool check_replication_requested(const ShardMapOptions& options) {
+  if (options.check_replication) return true;
+  const char* env = std::getenv("TESSERA_SHARD_MAP_CHECK");
+  return env != nullptr && std::string(env) == "1";
+}
+
+// Debug mode: the blocks of a result must be equal along `axis` (two max all-reduces, then one
+// all-reduce over the mesh so that every rank throws).
+void check_same_along(const Mesh& mesh, const Tensor& block, const std::string& axis, const std::string& label,
+                      const Spec& spec) {
+  Tensor hi = tessera::all_reduce(mesh, block, {axis}, ReduceOp::max);
+  Tensor neg = unary(UnaryOp::neg, block);
+  Tensor lo = tessera::all_reduce(mesh, neg, {axis}, ReduceOp::max);
+  double diff = 0;
+  for (std::int64_t i = 0; i < hi.numel(); ++i) diff = std::max(diff, std::abs(hi.at(i) + lo.at(i)));
+  Tensor flag = Tensor::full({1}, diff, DType::f64);
+  flag = tessera::all_reduce(mesh, flag, mesh.axis_names(), ReduceOp::max);
+  if (flag.at(0) > 0) {
+    throw ShapeError("shard_map: " + label + " is not the same along mesh axis '" + axis + "', which its out_spec " +
+                     spec.to_string() + " does not mention (blocks differ by up to " + std::to_string(flag.at(0)) + ")");
+  }
+}
+
+std::vector<Var> shard_map_impl(const Mesh& mesh, const ShardMapBody& body, const std::vector<Spec>& in_specs,
+                                const std::vector<Spec>& out_specs, const std::vector<Var>& args,
+                                const ShardMapOptions& options, const Signature* sig) {
+  const MeshShape& shape = mesh.shape();
+  if (args.size() != in_specs.size()) {
+    throw Error("shard_map: " + std::to_string(args.size()) + " arguments for " + std::to_string(in_specs.size()) +
+                " in_specs");
+  }
+  if (args.size() > 64) throw Error("shard_map: more than 64 arguments");
+  if (shape.ndim() > 64) throw Error("shard_map: a mesh of more than 64 axes");
+  auto b = std::make_shared<Boundary>();
+  b->mesh = mesh;
+  b->local = local_mesh(mesh);
+  std::vector<Var> inputs;  // the arguments in their in_specs (the outer op's inputs)
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string label = sig ? "argument '" + sig->inputs[i].name + "'" : "argument " + std::to_string(i);
+    if (!(args[i].mesh() == mesh)) {
+      throw MeshError("shard_map: " + label + " lives on " + args[i].mesh().to_string() + ", not on " + mesh.to_string());
+    }
+    Spec spec = in_specs[i].padded(args[i].rank());
+    validate_spec(spec, shape, args[i].shape(), label);
+    inputs.push_back(args[i].spec() == spec ? args[i] : nn::reshard(args[i], spec));
+    b->in_specs.push_back(spec);
+    b->in_shapes.push_back(args[i].shape());
+  }
+  SpmdFrame frame{mesh, b->local, {}};
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& block = inputs[i].value().local();
+    // Every leaf starts as a variable so that the tape records the whole body (its types need
+    // every edge); prune_tape drops what no gradient needs once the body has run.
+    Var leaf(ShardedTensor(b->local, Spec::replicated(block.rank()), block.shape(), block), true);
+    frame.rules[leaf.node().get()] = {detail::axis_mask(shape, b->in_specs[i].used_axes()), 0, static_cast<int>(i)};
+    b->leaves.push_back(leaf);
+  }
+  {
+    detail::FrameGuard guard(frame);
+    b->results = body(b->leaves);
+  }
+  if (b->results.size() != out_specs.size()) {
+    throw Error("shard_map: the body returned " + std::to_string(b->results.size()) + " results for " +
+                std::to_string(out_specs.size()) + " out_specs");
+  }
+  VaryAnalysis analysis(frame);
+  std::vector<ShardedTensor> values;
+  for (std::size_t k = 0; k < b->results.size(); ++k) {
+    const Var& r = b->results[k];
+    const std::string label = result_label(sig, k);
+    if (!r.defined() || !(r.mesh() == b->local)) {
+      throw MeshError("shard_map: " + label + " is not a local block (return Vars computed from the body's inputs)");
+    }
+    const Tensor& block = r.value().local();
+    if (sig) {
+      const ArgSignature& want = sig->outputs[k];
+      if (r.dtype() != want.dtype) {
+        throw ShapeError("shard_map: " + label + " has dtype " + std::string(dtype_name(r.dtype())) +
+                         ", the signature says " + std::string(dtype_name(want.dtype)));
+      }
+      check_local(want.shape, block.shape(), shape, want.name);
+    }
+    Spec spec = out_specs[k].padded(block.rank());
+    Shape global = block.shape();
+    for (const auto& axis : spec.used_axes()) {
+      if (!shape.has_axis(axis)) {
+        throw SpecError("shard_map: the out_spec " + spec.to_string() + " of " + label + " names mesh axis '" + axis +
+                        "', which is not in " + mesh.to_string());
+      }
+    }
+    for (int d = 0; d < block.rank(); ++d) global[d] *= shard_count(spec, shape, d);
+    validate_spec(spec, shape, global, label);
+    const std::uint64_t varies = analysis.visit(r.node().get()).axes & unmentioned(spec, shape);
+    if (varies != 0) {
+      throw SpecError("shard_map: " + label + " varies over mesh axis '" + axes_of(shape, varies)[0] +
+                      "' but its out_spec " + spec.to_string() +
+                      " does not mention it (reduce it with psum or pmax, or name the axis in the spec)");
+    }
+    if (check_replication_requested(options)) {
+      for (const auto& axis : axes_of(shape, unmentioned(spec, shape))) check_same_along(mesh, block, axis, label, spec);
+    }
+    values.emplace_back(mesh, spec, global, block);
+    b->out_specs.push_back(spec);
+  }
+  insert_pvary_transposes(analysis, mesh);
+  std::uint64_t wanted = 0;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].requires_grad()) wanted |= std::uint64_t{1} << i;
+  }
+  prune_tape(analysis, wanted);
+
+  std::vector<Var> out;
+  for (std::size_t k = 0; k < values.size(); ++k) {
+    out.push_back(make_result("shard_map", std::move(values[k]), inputs, [b, k](const ShardedTensor& g, GradSink& sink) {
+      const Spec target = b->out_specs[k].without_partial();
+      ShardedTensor gk = g.spec() == target ? g : tessera::reshard(g, target);
+      const Tensor& block = gk.local();
+      ShardedTensor seed(b->local, Spec::replicated(block.rank()), block.shape(), block);
+      std::vector<Var> wrt;
+      std::vector<std::size_t> index;
+      for (std::size_t i = 0; i < b->leaves.size(); ++i) {
+        if (sink.wants(static_cast<int>(i)) && b->leaves[i].requires_grad()) {
+          wrt.push_back(b->leaves[i]);
+          index.push_back(i);
+        }
+      }
+      if (wrt.empty()) return;
+      auto grads = gradients(b->results[k], seed, wrt);
+      for (std::size_t j = 0; j < wrt.size(); ++j) {
+        if (!grads[j]) continue;
+        const std::size_t i = index[j];
+        // Invariant over the axes in_spec leaves out: the pvary transposes summed it where needed.
+        sink.add(static_cast<int>(i), ShardedTensor(b->mesh, Spec(b->in_specs[i].dims), b->in_shapes[i],
+                                                    std::move(grads[j]->local())));
+      }
+    }));
+  }
+  return out;
+}
+
+}  // namespace
+
+const Mesh& local_mesh(const Mesh& mesh) {
+  // Keyed by axis names: the local mesh depends on nothing else. Communicators left at exit are
+  // not freed after MPI_Finalize (see Communicator).
+  static std::map<std::vector<std::string>, Mesh> cache;
+  auto it = cache.find(mesh.axis_names());
+  if (it == cache.end()) {
+    std::vector<int> ones(mesh.axis_names().size(), 1);
+    it = cache.emplace(mesh.axis_names(), Mesh(MeshShape(mesh.axis_names(), ones), Communicator(MPI_COMM_SELF, false)))
+             .first;
+  }
+  return it->second;
+}
+
+std::vector<Var> shard_map(const Mesh& mesh, const ShardMapBody& body, const std::vector<Spec>& in_specs,
+                           const std::vector<Spec>& out_specs, const std::vector<Var>& args,
+                           const ShardMapOptions& options) {
+  return shard_map_impl(mesh, body, in_specs, out_specs, args, options, nullptr);
+}
+
+std::vector<Var> shard_map(const Mesh& mesh, const Signature& signature, const ShardMapBody& body,
+                           const std::vector<Var>& args, const ShardMapOptions& options) {
+  if (args.size() != signature.inputs.size()) {
+    throw Error("shard_map: " + std::to_string(args.size()) + " arguments for the signature " + signature.to_string());
+  }
+  ShapeScope scope(ShapeScope::Visibility::isolated);
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const ArgSignature& want = signature.inputs[i];
+    if (args[i].dtype() != want.dtype) {
+      throw ShapeError("shard_map: argument '" + want.name + "' has dtype " + std::string(dtype_name(args[i].dtype())) +
+                       ", the signature says " + std::string(dtype_name(want.dtype)));
+    }
+    try {
+      check_global(want.shape, args[i].shape(), mesh.shape(), want.name);
+    } catch (const ShapeError& e) {
+      throw ShapeError(std::string("shard_map: argument ") + e.what());
+    } catch (const SpecError& e) {
+      throw SpecError(std::string("shard_map: argument ") + e.what());
+    }
+  }
+  return shard_map_impl(mesh, body, signature.in_specs(), signature.out_specs(), args, options, &signature);
+}
+
+std::vector<Var> shard_map(const Mesh& mesh, std::string_view signature, const ShardMapBody& body,
+                           const std::vector<Var>& args, const ShardMapOptions& options) {
+  return shard_map(mesh, parse_signature(signature), body, args, options);
+}
+
+}  // namespace tessera::nn
