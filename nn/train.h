@@ -20,7 +20,7 @@ TrainState create_train_state(ParamTree params, const Optimizer& optimizer);
 
 struct Batch {
   ShardedTensor x;
-  std::optional<ShardedTensor> y;  // targets or labels, when the loss needs them
+  std::optional<ShardedTensor> y = std::nullopt;  // targets or labels, when the loss needs them
 };
 
 // The loss of a batch (or microbatch) given the parameters as variables.
