@@ -200,8 +200,9 @@ int run(const Options& o, int world_rank) {
   }
 
   // Inference on the next batch: the output keeps the sharding the layers give it.
-  const nn::VarTree vars = nn::as_vars(state.params, false);
-  ShardedTensor out = model.apply(nn::ParamView(vars), ctx, nn::Var(data.batch(state.step).x)).value();
+  ShardedTensor out = nn::infer_step(
+      state.params, [&](const nn::VarTree& params, const nn::Var& x) { return model.apply(nn::ParamView(params), ctx, x); },
+      data.batch(state.step).x);
   out.set_name("output");
   if (root) std::cout << "\ninference output: " << out.picture();
   return 0;

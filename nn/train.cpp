@@ -39,8 +39,8 @@ namespace {
 // the step is done (also when it throws).
 class LentParams {
  public:
-  explicit LentParams(ParamTree& params) : params_(params) {
-    for (auto& [path, value] : params_) vars_.emplace(path, Var(std::move(value), true));
+  LentParams(ParamTree& params, bool requires_grad) : params_(params) {
+    for (auto& [path, value] : params_) vars_.emplace(path, Var(std::move(value), requires_grad));
   }
   ~LentParams() {
     for (auto& [path, var] : vars_) params_[path] = std::move(var.node()->value);
@@ -69,7 +69,7 @@ LossAndGrads value_and_grad_lent(ParamTree& params, const LossFn& loss_fn, const
                                  const StepOptions& options) {
   const int k = options.microbatches;
   if (k < 1) throw UsageError("microbatches must be >= 1, got " + std::to_string(k));
-  LentParams lent(params);
+  LentParams lent(params, true);
   const VarTree& vars = lent.vars();
   std::vector<Var> leaves;
   for (const auto& [path, v] : vars) leaves.push_back(v);
@@ -110,6 +110,11 @@ LossAndGrads value_and_grad_lent(ParamTree& params, const LossFn& loss_fn, const
 }
 
 }  // namespace
+
+ShardedTensor infer_step(ParamTree& params, const ApplyFn& apply, const ShardedTensor& x) {
+  LentParams lent(params, false);
+  return apply(lent.vars(), Var(x)).value();
+}
 
 double train_step(TrainState& state, const Optimizer& optimizer, const LossFn& loss_fn, const Batch& batch,
                   const StepOptions& options) {

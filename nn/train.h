@@ -46,6 +46,12 @@ LossAndGrads value_and_grad(const ParamTree& params, const LossFn& loss_fn, cons
 double train_step(TrainState& state, const Optimizer& optimizer, const LossFn& loss_fn, const Batch& batch,
                   const StepOptions& options = {});
 
+// The forward pass of a model.
+using ApplyFn = std::function<Var(const VarTree& params, const Var& x)>;
+// The inference step: the forward pass alone, no tape. The parameters are lent to it without
+// a copy and are unchanged when it returns.
+ShardedTensor infer_step(ParamTree& params, const ApplyFn& apply, const ShardedTensor& x);
+
 // Microbatch `index` of `count`: each rank's block of dimension 0 split in `count` equal parts.
 ShardedTensor microbatch(const ShardedTensor& x, int index, int count);
 
