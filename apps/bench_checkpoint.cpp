@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+
+#include "apps/cli_main.h"
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -199,21 +201,10 @@ int main(int argc, char** argv) {
   app.add_option("--large-layers", large_layers, "layers of the large state")->capture_default_str();
   app.add_option("--large-depth", large_depth, "depth of the large state (3 x 2 x layers x depth^2 x 4 bytes)")
       ->capture_default_str();
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (rank == 0) app.exit(e);
-    return e.get_exit_code() == 0 ? 0 : 2;
-  }
-  try {
+  return tessera::apps::parse_and_run("bench_checkpoint", app, argc, argv, [&](int) {
     tessera::Mesh mesh = tessera::Mesh::world(tessera::MeshShape::parse(mesh_text));
     if (which != "large") bench_state(mesh, "mlp", 4, 1024, dir, repeats);
     if (which != "mlp") bench_state(mesh, "large", large_layers, large_depth, dir, repeats);
-  } catch (const tessera::Error& e) {
-    if (rank == 0) std::cerr << "bench_checkpoint: " << e.what() << '\n';
-    return 2;
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -7,6 +7,8 @@
 // reduce_scatter, all_to_all) or 2(n-1)/n (all_reduce). ratio = tessera busbw / raw busbw.
 //   scripts/mpirun/local.sh 8 build/apps/bench_collectives --min 4096 --max 67108864
 #include <CLI/CLI.hpp>
+
+#include "apps/cli_main.h"
 #include <mpi.h>
 
 #include <algorithm>
@@ -68,16 +70,9 @@ int main(int argc, char** argv) {
   app.add_option("--layouts", layouts, "outer (dimension 0) and/or inner (dimension 1 of [64, k])")
       ->capture_default_str();
   app.add_option("--pack", pack, "inner blocks: datatype or memcpy")->capture_default_str();
-  int world_rank = 0, world = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  int world = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (world_rank == 0) app.exit(e);
-    return e.get_exit_code() == 0 ? 0 : 2;
-  }
-  try {
+  return apps::parse_and_run("bench_collectives", app, argc, argv, [&](int world_rank) {
     if (pack != "datatype" && pack != "memcpy") throw UsageError("--pack must be datatype or memcpy, got " + pack);
     detail::set_pack_method(pack == "memcpy" ? detail::PackMethod::memcpy : detail::PackMethod::datatype);
     Mesh mesh = Mesh::world(MeshShape({"x"}, {world}));
@@ -137,9 +132,6 @@ int main(int argc, char** argv) {
         }
       }
     }
-  } catch (const Error& e) {
-    if (world_rank == 0) std::fprintf(stderr, "bench_collectives: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

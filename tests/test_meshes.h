@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/mesh_shape.h"
 #include "core/spec.h"
 
@@ -83,6 +84,29 @@ inline std::vector<Spec> all_specs(const MeshShape& mesh, int rank, bool with_pa
       specs = std::move(next);
     }
     out.insert(out.end(), specs.begin(), specs.end());
+  }
+  return out;
+}
+
+// The 2-D meshes (axes data, model) of n ranks, wide ones included; 1x1 on one rank.
+inline std::vector<MeshShape> meshes_2d_of_size(int n) {
+  std::vector<MeshShape> out;
+  for (const auto& m : meshes_of_size(n, true)) {
+    if (m.ndim() == 2) out.push_back(m);
+  }
+  if (n == 1) out.push_back(MeshShape({"data", "model"}, {1, 1}));
+  return out;
+}
+
+// all_specs filtered to those that divide `shape`.
+inline std::vector<Spec> valid_specs(const MeshShape& mesh, const Shape& shape, bool with_partial) {
+  std::vector<Spec> out;
+  for (const Spec& s : all_specs(mesh, static_cast<int>(shape.size()), with_partial)) {
+    try {
+      validate_spec(s, mesh, shape);
+      out.push_back(s);
+    } catch (const SpecError&) {
+    }
   }
   return out;
 }

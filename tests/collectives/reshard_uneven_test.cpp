@@ -14,17 +14,8 @@ using testing_support::all_specs;
 using testing_support::meshes_of_size;
 using testing_support::world_size;
 
-std::vector<Spec> valid_specs(const MeshShape& mesh, const Shape& shape, bool with_partial) {
-  std::vector<Spec> out;
-  for (const Spec& s : all_specs(mesh, static_cast<int>(shape.size()), with_partial)) {
-    try {
-      validate_spec(s, mesh, shape);
-      out.push_back(s);
-    } catch (const SpecError&) {
-    }
-  }
-  return out;
-}
+using testing_support::valid_specs;
+
 
 TEST(ReshardUneven, EveryValidPairRoundTripsExactly) {
   int pairs = 0;

@@ -70,18 +70,6 @@ inline Tensor reference_value(const ArrayDef& def) {
   return t;
 }
 
-// The specs of a rank-`rank` tensor on `mesh` that divide `shape`, in all_specs order.
-inline std::vector<Spec> valid_specs(const MeshShape& mesh, const Shape& shape) {
-  std::vector<Spec> out;
-  for (const Spec& spec : testing_support::all_specs(mesh, static_cast<int>(shape.size()), false)) {
-    try {
-      validate_spec(spec, mesh, shape);
-      out.push_back(spec);
-    } catch (const SpecError&) {
-    }
-  }
-  return out;
-}
 
 inline constexpr std::int64_t reference_step = 1234;
 inline constexpr std::uint64_t reference_seed = 0xC0FFEE1234ULL;
@@ -108,7 +96,7 @@ inline CheckpointState varied_state(const Mesh& mesh, const std::vector<ArrayDef
   return make_state(
       mesh, defs,
       [&](const ArrayDef& def, std::size_t i) {
-        auto specs = valid_specs(mesh.shape(), def.shape);
+        auto specs = testing_support::valid_specs(mesh.shape(), def.shape, false);
         return specs[(static_cast<std::size_t>(k) * 5 + i * 3) % specs.size()];
       },
       with_values);

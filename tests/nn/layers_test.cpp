@@ -20,14 +20,7 @@ using testing_support::world_size;
 using testing_util::max_relative_error;
 using testing_util::self_mesh;
 
-std::vector<MeshShape> meshes_2d() {
-  std::vector<MeshShape> out;
-  for (const auto& m : meshes_of_size(world_size(), true)) {
-    if (m.ndim() == 2) out.push_back(m);
-  }
-  if (world_size() == 1) out.push_back(MeshShape({"data", "model"}, {1, 1}));
-  return out;
-}
+std::vector<MeshShape> meshes_2d() { return testing_support::meshes_2d_of_size(world_size()); }
 
 // x: global (batch, features) from the RNG, in P(data, None) as the tutorial puts it.
 ShardedTensor input(const Mesh& mesh, std::int64_t batch, std::int64_t features, DType dtype = DType::f32) {

@@ -19,17 +19,6 @@ using testing_util::max_relative_error;
 using testing_util::self_mesh;
 using testing_util::test_values;
 
-std::vector<Spec> valid_specs(const MeshShape& mesh, const Shape& shape) {
-  std::vector<Spec> out;
-  for (const Spec& s : all_specs(mesh, static_cast<int>(shape.size()), true)) {
-    try {
-      validate_spec(s, mesh, shape);
-      out.push_back(s);
-    } catch (const SpecError&) {
-    }
-  }
-  return out;
-}
 
 TEST(OpsSharded, LossAndGradientsMatchOneRankOnEveryMesh) {
   const int samples_per_op = 8;
@@ -42,7 +31,7 @@ TEST(OpsSharded, LossAndGradientsMatchOneRankOnEveryMesh) {
       std::vector<std::vector<Spec>> specs;
       for (std::size_t i = 0; i < c.shapes.size(); ++i) {
         inputs.push_back(test_values(c.shapes[i], static_cast<int>(i) + 7, DType::f64, c.positive_inputs));
-        specs.push_back(valid_specs(shape, c.shapes[i]));
+        specs.push_back(testing_support::valid_specs(shape, c.shapes[i], true));
       }
       // Reference on one rank.
       std::vector<Var> ref_vars;

@@ -26,14 +26,7 @@ using testing_support::world_rank;
 using testing_support::world_size;
 using testing_util::max_relative_error;
 
-std::vector<MeshShape> meshes_2d() {
-  std::vector<MeshShape> out;
-  for (const auto& m : meshes_of_size(world_size(), true)) {
-    if (m.ndim() == 2) out.push_back(m);
-  }
-  if (world_size() == 1) out.push_back(MeshShape({"data", "model"}, {1, 1}));
-  return out;
-}
+std::vector<MeshShape> meshes_2d() { return testing_support::meshes_2d_of_size(world_size()); }
 
 Signature layer_signature(DType dtype) {
   const std::string t(dtype_name(dtype));
