@@ -17,15 +17,9 @@ done
 file=$(ls "$work"/ckpt/ckpt_*.h5 | head -1)
 size=$(stat -c %s "$file")
 # Flip one byte in the middle of the file (inside a chunk of array data).
-python3 - "$file" "$size" <<'PY'
-import sys
-path, size = sys.argv[1], int(sys.argv[2])
-with open(path, "r+b") as f:
-    f.seek(size // 2)
-    b = f.read(1)
-    f.seek(size // 2)
-    f.write(bytes([b[0] ^ 0xFF]))
-PY
+offset=$((size / 2))
+byte=$(od -An -tu1 -j "$offset" -N1 "$file" | tr -d ' ')
+printf "$(printf '\\x%02x' $((byte ^ 255)))" | dd of="$file" bs=1 seek="$offset" conv=notrunc status=none
 out=$("$tool" verify "$work/ckpt" 2>&1)
 rc=$?
 [ $rc -eq 1 ] || { echo "FAIL: verify of a corrupted file exited $rc" >&2; echo "$out" >&2; exit 1; }
