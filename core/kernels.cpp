@@ -206,15 +206,19 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape) {
   return binary(BinaryOp::add, Tensor(shape, x.dtype()), x);
 }
 
-Tensor sum_to_shape(const Tensor& x, const Shape& shape) {
-  if (x.shape() == shape) return x;
-  const int r = x.rank();
-  const int offset = r - static_cast<int>(shape.size());
+std::vector<int> broadcast_dims(const Shape& from, const Shape& to) {
+  const int r = static_cast<int>(from.size());
+  const int offset = r - static_cast<int>(to.size());
   std::vector<int> dims;
   for (int d = 0; d < r; ++d) {
-    if (d < offset || (shape[d - offset] == 1 && x.shape()[d] != 1)) dims.push_back(d);
+    if (d < offset || (to[d - offset] == 1 && from[d] != 1)) dims.push_back(d);
   }
-  Tensor summed = reduce_sum(x, dims, true);
+  return dims;
+}
+
+Tensor sum_to_shape(const Tensor& x, const Shape& shape) {
+  if (x.shape() == shape) return x;
+  Tensor summed = reduce_sum(x, broadcast_dims(x.shape(), shape), true);
   return std::move(summed).reshaped(shape);
 }
 

@@ -26,6 +26,9 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
 Shape broadcast_shapes(const Shape& a, const Shape& b);
 // Sums `x` down to `shape` (the reverse of broadcasting `shape` to x.shape()).
 Tensor sum_to_shape(const Tensor& x, const Shape& shape);
+// The dimensions of a tensor of shape `from` that sum_to_shape sums to reach `to`: the leading
+// ones `to` lacks and those where `to` has extent 1.
+std::vector<int> broadcast_dims(const Shape& from, const Shape& to);
 
 enum class UnaryOp { neg, relu, relu_mask, exp, log, square, sqrt, tanh, abs, sign };
 Tensor unary(UnaryOp op, const Tensor& x);

@@ -176,32 +176,6 @@ ShardedTensor einsum(std::string_view subscripts, const ShardedTensor& a, const 
   return ShardedTensor(a.mesh(), std::move(spec), std::move(shape), std::move(local));
 }
 
-Spec einsum_result_spec(std::string_view subscripts, const ShardedTensor& a, const ShardedTensor& b) {
-  const auto sub = EinsumSubscripts::parse(subscripts);
-  check_operands(sub, a, b);
-  // Mirrors align() without moving data.
-  Spec sa = a.spec(), sb = b.spec();
-  auto drop_conflicting_partial = [](Spec& x, const Spec& other) {
-    std::set<std::string> used = dim_axes(other);
-    for (const auto& p : other.partial) used.insert(p);
-    if (std::any_of(x.partial.begin(), x.partial.end(), [&](const std::string& p) { return used.count(p) > 0; })) {
-      x = x.without_partial();
-    }
-  };
-  drop_conflicting_partial(sa, sb);
-  drop_conflicting_partial(sb, sa);
-  if (!consistent(sub, sa, sb)) {
-    Spec b_target = adopt(sub.b, sb, sub.a, sa);
-    Spec a_target = adopt(sub.a, sa, sub.b, sb);
-    const auto& mesh = a.mesh().shape();
-    auto cost_b = plan_reshard(mesh, sb, b_target, b.global_shape(), b.dtype()).bytes_per_rank();
-    auto cost_a = plan_reshard(mesh, sa, a_target, a.global_shape(), a.dtype()).bytes_per_rank();
-    if (cost_a < cost_b) sa = a_target;
-    else sb = b_target;
-  }
-  return result_spec(sub, sa, sb);
-}
-
 Var einsum(std::string_view subscripts, const Var& a, const Var& b) {
   const auto sub = EinsumSubscripts::parse(subscripts);
   ShardedTensor out = einsum(subscripts, a.value(), b.value());

@@ -18,8 +18,4 @@ namespace tessera::nn {
 ShardedTensor einsum(std::string_view subscripts, const ShardedTensor& a, const ShardedTensor& b);
 Var einsum(std::string_view subscripts, const Var& a, const Var& b);
 
-// The spec einsum gives its result for operands of these specs, after any reshard it does
-// (for tests and for explain-style output). No communication.
-Spec einsum_result_spec(std::string_view subscripts, const ShardedTensor& a, const ShardedTensor& b);
-
 }  // namespace tessera::nn

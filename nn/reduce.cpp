@@ -70,11 +70,7 @@ ShardedTensor broadcast_to(const ShardedTensor& x, const Shape& shape, const Spe
 ShardedTensor sum_to_shape(const ShardedTensor& x, const Shape& shape) {
   if (x.global_shape() == shape) return x;
   const int offset = x.rank() - static_cast<int>(shape.size());
-  std::vector<int> dims;
-  for (int d = 0; d < x.rank(); ++d) {
-    if (d < offset || (shape[d - offset] == 1 && x.global_shape()[d] != 1)) dims.push_back(d);
-  }
-  ShardedTensor s = sum(x, dims, true);
+  ShardedTensor s = sum(x, broadcast_dims(x.global_shape(), shape), true);
   // Drop the leading dimensions that `shape` does not have (all of extent 1 now).
   Spec spec(std::vector<Axes>(s.spec().dims.begin() + offset, s.spec().dims.end()), s.spec().partial);
   Shape local = local_shape(spec, s.mesh().shape(), shape);
