@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -20,6 +21,14 @@ namespace tessera {
 struct SaveOptions {
   // Complete checkpoints kept in the directory after a save (the new one included); <= 0 keeps all.
   int keep = 3;
+  // Largest chunk, in bytes: a block bigger than this is stored as several chunks (leading
+  // dimensions divided first). 0: HDF5's limit, 4 GiB less the 4 checksum bytes.
+  std::uint64_t max_chunk_bytes = 0;
+  // MPI-IO hints of the collective write of the chunks (ROMIO's names). Each rank writes whole
+  // chunks, so the default sends each straight to the file instead of through collective
+  // buffering's aggregators, and never reads a gap back (data sieving).
+  std::vector<std::pair<std::string, std::string>> mpi_io_hints = {{"romio_cb_write", "disable"},
+                                                                   {"romio_ds_write", "disable"}};
 };
 
 // Collective over the arrays' mesh (MPI_COMM_WORLD when there are no arrays). Writes

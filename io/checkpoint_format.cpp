@@ -63,18 +63,24 @@ bool type_matches(hid_t dataset_type, DType dtype) {
   return true;
 }
 
-std::vector<hsize_t> chunk_shape(const Shape& block, DType dtype) {
+std::vector<hsize_t> chunk_shape(const Shape& block, DType dtype, std::uint64_t limit) {
   std::vector<hsize_t> chunk(block.begin(), block.end());
   for (auto& c : chunk) c = std::max<hsize_t>(c, 1);
-  constexpr std::uint64_t limit = (std::uint64_t{1} << 32) - 1;
   auto bytes = [&] {
     std::uint64_t n = dtype_size(dtype);
     for (auto c : chunk) n *= c;
     return n;
   };
+  auto smallest_factor = [](hsize_t n) {
+    for (hsize_t f = 2; f * f <= n; ++f) {
+      if (n % f == 0) return f;
+    }
+    return n;
+  };
+  // Dividing by a prime factor keeps every chunk inside one block.
   for (std::size_t d = 0; bytes() > limit && d < chunk.size();) {
     if (chunk[d] > 1) {
-      chunk[d] = (chunk[d] + 1) / 2;
+      chunk[d] /= smallest_factor(chunk[d]);
     } else {
       ++d;
     }

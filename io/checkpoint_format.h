@@ -49,9 +49,13 @@ hid_t file_type(DType dtype);
 // True when the dataset's HDF5 type is the file type of `dtype` (class, size, sign).
 bool type_matches(hid_t dataset_type, DType dtype);
 
+// HDF5 stores a filtered chunk's size in 32 bits; Fletcher32 adds 4 bytes to each chunk.
+inline constexpr std::uint64_t max_chunk_bytes = (std::uint64_t{1} << 32) - 1 - 4;
+
 // The chunk shape for a dataset saved with blocks of `block` elements: the block itself, with
-// leading dimensions halved while a chunk would exceed HDF5's 4 GiB chunk limit.
-std::vector<hsize_t> chunk_shape(const Shape& block, DType dtype);
+// leading dimensions divided by their smallest prime factors while a chunk holds more than
+// `limit` bytes. Each chunk therefore lies inside one block (its owner writes it whole).
+std::vector<hsize_t> chunk_shape(const Shape& block, DType dtype, std::uint64_t limit = max_chunk_bytes);
 
 // Attribute writers (collective in a parallel file: every rank writes the same value).
 // `context` names the file and object in error messages.

@@ -1,0 +1,41 @@
+// The layout driver: an HDF5 virtual file driver with which one process lays out a checkpoint
+// file (superblock, groups, object headers, attributes, chunk indexes, and the file space of
+// every chunk) without writing the chunks' bytes, so that the ranks owning the data can write
+// them afterwards, in parallel, straight into the space HDF5 allocated (io/save.cpp).
+//
+// Why: with Fletcher32 on a chunked dataset, HDF5 1.10 allocates every chunk when the dataset
+// is created under MPI-IO and writes a checksummed fill chunk into it, and the collective
+// filtered write then rewrites it; every byte goes to the file twice, the second time through
+// one ROMIO aggregator per node. Laid out by this driver, the fill chunks are dropped instead.
+//
+// It is POSIX I/O (pread/pwrite) like HDF5's sec2 driver, and writes no driver information into
+// the superblock, so the file it leaves opens with every HDF5 client's default driver. While a
+// DropRawWrites guard is alive, writes of raw data (H5FD_MEM_DRAW) are not performed: the
+// bytes they would have covered stay holes until the owners write them. Serial, one thread.
+#pragma once
+
+#include <string_view>
+
+#include "io/hdf5_handle.h"
+
+namespace tessera::checkpoint_io {
+
+// A file access property list for the layout driver (registered on first use), with the same
+// format bounds as every tessera file.
+H5Handle layout_file_access(std::string_view context);
+
+// While one is alive, raw-data writes through the layout driver are dropped (and counted).
+class DropRawWrites {
+ public:
+  DropRawWrites();
+  ~DropRawWrites();
+  DropRawWrites(const DropRawWrites&) = delete;
+  DropRawWrites& operator=(const DropRawWrites&) = delete;
+  // Bytes of raw data dropped since this guard was made.
+  unsigned long long dropped_bytes() const;
+
+ private:
+  unsigned long long start_;
+};
+
+}  // namespace tessera::checkpoint_io
