@@ -68,6 +68,29 @@ H5Handle memory_space(const Shape& block, bool take_part, std::string_view conte
   return space;
 }
 
+bool chunk_is_contiguous(const Shape& block, const std::vector<hsize_t>& chunk) {
+  std::size_t d = 0;
+  while (d < chunk.size() && chunk[d] == 1) ++d;
+  for (std::size_t k = d + 1; k < chunk.size(); ++k) {
+    if (static_cast<std::int64_t>(chunk[k]) != block[k]) return false;
+  }
+  return true;
+}
+
+std::string mpi_error_text(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  return std::string(text, static_cast<std::size_t>(length));
+}
+
+MPI_Info make_info(const std::vector<std::pair<std::string, std::string>>& hints) {
+  MPI_Info info = MPI_INFO_NULL;
+  check_mpi(MPI_Info_create(&info), "MPI_Info_create");
+  for (const auto& [key, value] : hints) check_mpi(MPI_Info_set(info, key.c_str(), value.c_str()), "MPI_Info_set");
+  return info;
+}
+
 std::string broadcast_string(const Communicator& comm, std::string value, int root) {
   int length = static_cast<int>(value.size());
   check_mpi(MPI_Bcast(&length, 1, MPI_INT, root, comm.handle()), "MPI_Bcast");

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -42,6 +43,17 @@ H5Handle select_block(hid_t dataset, const std::vector<std::int64_t>& offsets, c
                       std::string_view context);
 // The memory dataspace of a block of shape `block` (scalar for rank 0), all or nothing selected.
 H5Handle memory_space(const Shape& block, bool take_part, std::string_view context);
+
+// True when a chunk of shape `chunk` inside a row-major block of shape `block` is one run of
+// memory: past the leading dimensions where the chunk has extent 1, at most one dimension is
+// cut and every later one is spanned whole.
+bool chunk_is_contiguous(const Shape& block, const std::vector<hsize_t>& chunk);
+
+// MPI's text for an error code.
+std::string mpi_error_text(int code);
+
+// An MPI_Info holding `hints` (the caller frees it).
+MPI_Info make_info(const std::vector<std::pair<std::string, std::string>>& hints);
 
 // `root`'s string on every rank (collective).
 std::string broadcast_string(const Communicator& comm, std::string value, int root);

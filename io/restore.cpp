@@ -7,17 +7,27 @@
 //      some rank cannot read);
 //   3. collective open; root attributes and every wanted dataset validated (format name and
 //      version, presence, global shape, dtype);
-//   4. blocks read with INDEPENDENT transfers: a Fletcher32 failure is then local to the ranks
-//      whose blocks touch the bad chunk, which record it and go on to the collective close and
-//      the agreement. (With collective transfers a rank that fails inside HDF5's filtered
-//      collective read leaves the others waiting in that read's internal collectives.)
+//   4. blocks read with INDEPENDENT reads, so that a failure (a Fletcher32 mismatch, a short
+//      read) is local to the ranks whose blocks touch the bad chunk, which record it and go on
+//      to the collective close and the agreement.
+//
+// A dataset stored as tessera saves it (chunked, Fletcher32 its only filter, little-endian) is
+// read without HDF5's filter pipeline: each chunk that overlaps the rank's block is read with
+// MPI_File_read_at, straight into the block when the chunk lies in it as one run of memory (the
+// common case of restoring onto the saved spec), else into a buffer from which the overlap is
+// copied, and its checksum is checked here (io/fletcher32.h) against the 4 bytes stored after
+// it. HDF5 would read each chunk into its own buffer, check it there and copy it out. Any
+// other dataset (a compact scalar, a file from another writer) goes through H5Dread.
+#include <cstring>
 #include <filesystem>
 
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "io/checkpoint_format.h"
+#include "io/fletcher32.h"
 #include "io/parallel_file.h"
 #include "mesh/agree.h"
+#include "mesh/mpi_check.h"
 
 namespace tessera {
 
@@ -113,28 +123,155 @@ H5Handle open_validated(hid_t file, const std::string& path, const CheckpointArr
   return dataset;
 }
 
+// The chunk shape of a dataset that can be read directly (see the top of the file), or empty.
+std::vector<hsize_t> direct_chunk_shape(hid_t dataset, const std::string& context) {
+  H5Handle create = plist_handle(H5Dget_create_plist(dataset), "H5Dget_create_plist", context);
+  if (H5Pget_layout(create.get()) != H5D_CHUNKED || H5Pget_nfilters(create.get()) != 1) return {};
+  unsigned flags = 0, config = 0;
+  std::size_t values = 0;
+  if (H5Pget_filter2(create.get(), 0, &flags, &values, nullptr, 0, nullptr, &config) != H5Z_FILTER_FLETCHER32) {
+    return {};
+  }
+  H5Handle type = type_handle(H5Dget_type(dataset), "H5Dget_type", context);
+  if (H5Tget_order(type.get()) != H5T_ORDER_LE) return {};
+  const int rank = H5Pget_chunk(create.get(), 0, nullptr);
+  check_h5(rank, "H5Pget_chunk", context);
+  std::vector<hsize_t> chunk(static_cast<std::size_t>(rank));
+  check_h5(H5Pget_chunk(create.get(), rank, chunk.data()), "H5Pget_chunk", context);
+  return chunk;
+}
+
+std::string coords_text(const std::vector<hsize_t>& coords) {
+  std::string text = "(";
+  for (std::size_t d = 0; d < coords.size(); ++d) text += (d > 0 ? ", " : "") + std::to_string(coords[d]);
+  return text + ")";
+}
+
+// `bytes` bytes at `offset` of the file into `out`, or IoError (a short read means the file
+// was cut off).
+void read_exactly(MPI_File handle, std::uint64_t offset, void* out, std::uint64_t bytes, const std::string& context) {
+  constexpr std::uint64_t max_run = std::uint64_t{1} << 30;  // MPI counts are ints
+  for (std::uint64_t done = 0; done < bytes; done += max_run) {
+    const int count = static_cast<int>(std::min(max_run, bytes - done));
+    MPI_Status status;
+    const int rc = MPI_File_read_at(handle, static_cast<MPI_Offset>(offset + done), static_cast<std::byte*>(out) + done,
+                                    count, MPI_BYTE, &status);
+    if (rc != MPI_SUCCESS) throw IoError(context + ": MPI_File_read_at failed: " + checkpoint_io::mpi_error_text(rc));
+    int got = 0;
+    MPI_Get_count(&status, MPI_BYTE, &got);
+    if (got != count) {
+      throw IoError(context + ": the file ends inside the data (read " + std::to_string(done + got) + " of " +
+                    std::to_string(bytes) + " bytes at offset " + std::to_string(offset) + "; truncated file)");
+    }
+  }
+}
+
+// Reads every chunk overlapping [offsets, offsets + block) into `local` (see the top of the file).
+void read_block_direct(hid_t dataset, MPI_File handle, const std::vector<hsize_t>& chunk,
+                       const std::vector<std::int64_t>& offsets, Tensor& local, const std::string& context) {
+  const Shape& block = local.shape();
+  const std::size_t rank = block.size();
+  const std::size_t element = dtype_size(local.dtype());
+  std::uint64_t chunk_bytes = element;
+  for (auto c : chunk) chunk_bytes *= c;
+  const Shape chunk_shape(chunk.begin(), chunk.end());
+  const bool contiguous = checkpoint_io::chunk_is_contiguous(block, chunk);
+  std::vector<hsize_t> low(rank), high(rank);  // chunk grid coordinates, inclusive
+  for (std::size_t d = 0; d < rank; ++d) {
+    low[d] = static_cast<hsize_t>(offsets[d]) / chunk[d];
+    high[d] = static_cast<hsize_t>(offsets[d] + block[d] - 1) / chunk[d];
+  }
+  std::optional<Tensor> buffer;
+  std::vector<hsize_t> coords = low;
+  while (true) {
+    std::vector<hsize_t> start(rank);
+    bool inside = true;  // the whole chunk lies in the block
+    std::uint64_t first = 0;
+    for (std::size_t d = 0; d < rank; ++d) {
+      start[d] = coords[d] * chunk[d];
+      const auto begin = static_cast<std::int64_t>(start[d]);
+      inside = inside && begin >= offsets[d] && begin + static_cast<std::int64_t>(chunk[d]) <= offsets[d] + block[d];
+      first = first * static_cast<std::uint64_t>(block[d]) + static_cast<std::uint64_t>(std::max<std::int64_t>(begin - offsets[d], 0));
+    }
+    unsigned mask = 0;
+    haddr_t address = HADDR_UNDEF;
+    hsize_t stored = 0;
+    check_h5(H5Dget_chunk_info_by_coord(dataset, start.data(), &mask, &address, &stored), "H5Dget_chunk_info_by_coord",
+             context);
+    if (address == HADDR_UNDEF) throw IoError(context + ": chunk at " + coords_text(start) + " is missing");
+    if (stored != chunk_bytes + 4 || mask != 0) {
+      throw IoError(context + ": chunk at " + coords_text(start) + " is stored with " + std::to_string(stored) +
+                    " bytes and filter mask " + std::to_string(mask) + "; expected " + std::to_string(chunk_bytes + 4) +
+                    " bytes and mask 0");
+    }
+    const bool direct = inside && contiguous;
+    if (!direct && !buffer) buffer = Tensor::empty(chunk_shape, local.dtype());
+    void* target = direct ? static_cast<void*>(static_cast<std::byte*>(local.raw()) + first * element) : buffer->raw();
+    unsigned char trailer[4];
+    read_exactly(handle, address, target, chunk_bytes, context);
+    read_exactly(handle, address + chunk_bytes, trailer, 4, context);
+    const std::uint32_t want = static_cast<std::uint32_t>(trailer[0]) | static_cast<std::uint32_t>(trailer[1]) << 8 |
+                               static_cast<std::uint32_t>(trailer[2]) << 16 | static_cast<std::uint32_t>(trailer[3]) << 24;
+    const std::uint32_t got = checkpoint_io::fletcher32(target, chunk_bytes);
+    if (got != want) {
+      throw IoError(context + ": data failed its Fletcher32 checksum (the file is corrupt): chunk at " +
+                    coords_text(start) + " stores " + std::to_string(want) + ", its bytes sum to " +
+                    std::to_string(got));
+    }
+    if (!direct) {
+      std::vector<std::int64_t> in_chunk(rank), in_block(rank);
+      Shape overlap(rank);
+      for (std::size_t d = 0; d < rank; ++d) {
+        const std::int64_t begin = std::max<std::int64_t>(static_cast<std::int64_t>(start[d]), offsets[d]);
+        const std::int64_t end =
+            std::min<std::int64_t>(static_cast<std::int64_t>(start[d] + chunk[d]), offsets[d] + block[d]);
+        in_chunk[d] = begin - static_cast<std::int64_t>(start[d]);
+        in_block[d] = begin - offsets[d];
+        overlap[d] = end - begin;
+      }
+      insert_block(local, extract_block(*buffer, in_chunk, overlap), in_block);
+    }
+    // Next chunk coordinates (odometer, last dimension fastest).
+    std::size_t d = rank;
+    while (d > 0 && coords[d - 1] == high[d - 1]) {
+      coords[d - 1] = low[d - 1];
+      --d;
+    }
+    if (d == 0) break;
+    ++coords[d - 1];
+  }
+}
+
 // This rank's block of the target, read from the dataset.
-CheckpointArray read_array(hid_t dataset, hid_t transfer, const std::string& path, const CheckpointArray& target) {
+CheckpointArray read_array(hid_t dataset, hid_t transfer, MPI_File handle, const std::string& path,
+                           const CheckpointArray& target) {
   const std::string context = "restore_checkpoint: " + format::dataset_context(path, target.path);
   const ShardedTensor& want = target.value;
   const Mesh& mesh = want.mesh();
   const Shape block = local_shape(want.spec(), mesh.shape(), want.global_shape());
-  Tensor local(block, want.dtype());
+  Tensor local = Tensor::empty(block, want.dtype());  // every element is read, or zeroed below
   // Along partial axes the value lives on the replica at coordinate 0; the others hold zeros.
   const bool take_part = numel(block) > 0 && is_partial_holder(want.spec(), mesh.shape(), mesh.coords());
-  if (take_part) {
+  if (!take_part) {
+    local.fill_zero();
+  } else {
     auto offsets = tessera::block_offsets(want.spec(), mesh.shape(), want.global_shape(), mesh.coords());
-    H5Handle file_space = checkpoint_io::select_block(dataset, offsets, block, true, context);
-    H5Handle memory = checkpoint_io::memory_space(block, true, context);
-    herr_t status =
-        H5Dread(dataset, format::memory_type(want.dtype()), memory.get(), file_space.get(), transfer, local.raw());
-    if (status < 0) {
-      std::string stack = take_hdf5_error_stack();
-      const bool checksum = stack.find("checksum") != std::string::npos ||
-                            stack.find("Fletcher") != std::string::npos || stack.find("filter") != std::string::npos;
-      throw IoError(
-          context +
-          (checksum ? ": data failed its Fletcher32 checksum (the file is corrupt): " : ": H5Dread failed: ") + stack);
+    const std::vector<hsize_t> chunk = block.empty() ? std::vector<hsize_t>{} : direct_chunk_shape(dataset, context);
+    if (!chunk.empty()) {
+      read_block_direct(dataset, handle, chunk, offsets, local, context);
+    } else {
+      H5Handle file_space = checkpoint_io::select_block(dataset, offsets, block, true, context);
+      H5Handle memory = checkpoint_io::memory_space(block, true, context);
+      herr_t status =
+          H5Dread(dataset, format::memory_type(want.dtype()), memory.get(), file_space.get(), transfer, local.raw());
+      if (status < 0) {
+        std::string stack = take_hdf5_error_stack();
+        const bool checksum = stack.find("checksum") != std::string::npos ||
+                              stack.find("Fletcher") != std::string::npos || stack.find("filter") != std::string::npos;
+        throw IoError(context + (checksum ? ": data failed its Fletcher32 checksum (the file is corrupt): "
+                                          : ": H5Dread failed: ") +
+                      stack);
+      }
     }
   }
   return CheckpointArray{target.path,
@@ -174,13 +311,24 @@ CheckpointState restore_checkpoint(const std::string& dir_or_file, const Checkpo
     for (const auto& array : target.arrays) datasets.push_back(open_validated(handle.get(), file, array));
   });
   auto agreed = first_error(comm, error);
+  MPI_File raw = MPI_FILE_NULL;
+  if (!agreed) {
+    const int rc = MPI_File_open(comm.handle(), checkpoint_io::mpi_io_name(file).c_str(), MPI_MODE_RDONLY,
+                                 MPI_INFO_NULL, &raw);
+    if (rc != MPI_SUCCESS) error = context + ": MPI_File_open failed: " + checkpoint_io::mpi_error_text(rc);
+    agreed = first_error(comm, error);
+  }
   if (!agreed) {
     error = capture_error([&] {
       H5Handle transfer = checkpoint_io::transfer_properties(H5FD_MPIO_INDEPENDENT, context);
       for (std::size_t i = 0; i < target.arrays.size(); ++i) {
-        result.arrays.push_back(read_array(datasets[i].get(), transfer.get(), file, target.arrays[i]));
+        result.arrays.push_back(read_array(datasets[i].get(), transfer.get(), raw, file, target.arrays[i]));
       }
     });
+  }
+  if (raw != MPI_FILE_NULL) {
+    const int rc = MPI_File_close(&raw);
+    if (rc != MPI_SUCCESS && !error) error = context + ": MPI_File_close failed: " + checkpoint_io::mpi_error_text(rc);
   }
   // Every rank closes (collective) whatever happened, then the outcome is agreed.
   datasets.clear();

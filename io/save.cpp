@@ -225,18 +225,6 @@ struct OwnedChunk {
   std::array<unsigned char, 4> trailer;
 };
 
-// True when a chunk of shape `chunk` inside a row-major block is one run of memory: past the
-// leading dimensions where the chunk has extent 1, at most one dimension is cut and every later
-// one is spanned whole.
-bool chunk_is_contiguous(const Shape& block, const std::vector<hsize_t>& chunk) {
-  std::size_t d = 0;
-  while (d < chunk.size() && chunk[d] == 1) ++d;
-  for (std::size_t k = d + 1; k < chunk.size(); ++k) {
-    if (static_cast<std::int64_t>(chunk[k]) != block[k]) return false;
-  }
-  return true;
-}
-
 // Every chunk inside the blocks this rank writes, with its checksum. A chunk that is not one
 // run of the block's memory is packed into `packed`, which keeps it alive.
 std::vector<OwnedChunk> owned_chunks(const CheckpointState& state, const std::vector<ChunkLayout>& layouts,
@@ -251,7 +239,7 @@ std::vector<OwnedChunk> owned_chunks(const CheckpointState& state, const std::ve
     const Tensor& local = value.local();
     const Shape& block = local.shape();
     const std::vector<std::int64_t> block_offsets = value.block_offsets();
-    const bool contiguous = chunk_is_contiguous(block, layout.chunk);
+    const bool contiguous = checkpoint_io::chunk_is_contiguous(block, layout.chunk);
     const Shape chunk_shape(layout.chunk.begin(), layout.chunk.end());
     std::vector<hsize_t> per_block(block.size());
     std::size_t chunks_in_block = 1;
@@ -312,28 +300,17 @@ std::vector<Piece> file_pieces(const std::vector<OwnedChunk>& chunks, const std:
   return runs;
 }
 
-std::string mpi_error_text(int code) {
-  char text[MPI_MAX_ERROR_STRING];
-  int length = 0;
-  MPI_Error_string(code, text, &length);
-  return std::string(text, static_cast<std::size_t>(length));
-}
-
 // Every rank: its pieces into the laid-out file, in one collective write.
 void write_pieces(const std::vector<Piece>& pieces, const Communicator& comm, const std::string& temporary,
                   const SaveOptions& options) {
   const std::string context = format::file_context(temporary);
   std::optional<std::string> error;
-  MPI_Info info = MPI_INFO_NULL;
-  check_mpi(MPI_Info_create(&info), "MPI_Info_create");
-  for (const auto& [key, value] : options.mpi_io_hints) {
-    check_mpi(MPI_Info_set(info, key.c_str(), value.c_str()), "MPI_Info_set");
-  }
+  MPI_Info info = checkpoint_io::make_info(options.mpi_io_hints);
   MPI_File handle = MPI_FILE_NULL;
   const std::string name = checkpoint_io::mpi_io_name(temporary);
   int rc = MPI_File_open(comm.handle(), name.c_str(), MPI_MODE_WRONLY, info, &handle);
   MPI_Info_free(&info);
-  if (rc != MPI_SUCCESS) error = context + ": MPI_File_open failed: " + mpi_error_text(rc);
+  if (rc != MPI_SUCCESS) error = context + ": MPI_File_open failed: " + checkpoint_io::mpi_error_text(rc);
   agree_or_throw<IoError>(comm, error);
 
   // File view: the pieces' offsets; memory: their absolute addresses. A rank with nothing to
@@ -359,15 +336,15 @@ void write_pieces(const std::vector<Piece>& pieces, const Communicator& comm, co
   char native[] = "native";
   rc = MPI_File_set_view(handle, 0, MPI_BYTE, file_type, native, MPI_INFO_NULL);
   if (rc != MPI_SUCCESS) {
-    error = context + ": MPI_File_set_view failed: " + mpi_error_text(rc);
+    error = context + ": MPI_File_set_view failed: " + checkpoint_io::mpi_error_text(rc);
   } else {
     MPI_Status status;
     rc = MPI_File_write_all(handle, MPI_BOTTOM, n > 0 ? 1 : 0, memory_type, &status);
-    if (rc != MPI_SUCCESS) error = context + ": MPI_File_write_all failed: " + mpi_error_text(rc);
+    if (rc != MPI_SUCCESS) error = context + ": MPI_File_write_all failed: " + checkpoint_io::mpi_error_text(rc);
   }
   checkpoint_dir::test_kill_point("after_write", comm.rank());
   rc = MPI_File_close(&handle);
-  if (rc != MPI_SUCCESS && !error) error = context + ": MPI_File_close failed: " + mpi_error_text(rc);
+  if (rc != MPI_SUCCESS && !error) error = context + ": MPI_File_close failed: " + checkpoint_io::mpi_error_text(rc);
   // Freed after the close: ROMIO 3.2 keeps the view's flattened type until then.
   if (n > 0) {
     MPI_Type_free(&file_type);
