@@ -14,7 +14,6 @@
 // first, and the rewrite through one ROMIO aggregator, are gone.
 #include <algorithm>
 #include <bit>
-#include <deque>
 #include <filesystem>
 #include <set>
 
@@ -225,10 +224,9 @@ struct OwnedChunk {
   std::array<unsigned char, 4> trailer;
 };
 
-// Every chunk inside the blocks this rank writes, with its checksum. A chunk that is not one
-// run of the block's memory is packed into `packed`, which keeps it alive.
-std::vector<OwnedChunk> owned_chunks(const CheckpointState& state, const std::vector<ChunkLayout>& layouts,
-                                     std::deque<Tensor>& packed) {
+// Every chunk inside the blocks this rank writes, with its checksum. chunk_shape only cuts
+// leading dimensions, so every chunk is one run of its block's memory.
+std::vector<OwnedChunk> owned_chunks(const CheckpointState& state, const std::vector<ChunkLayout>& layouts) {
   static_assert(std::endian::native == std::endian::little,
                 "chunks are written as they lie in memory; the file's types are little-endian");
   std::vector<OwnedChunk> chunks;
@@ -238,9 +236,11 @@ std::vector<OwnedChunk> owned_chunks(const CheckpointState& state, const std::ve
     if (!layout.chunked || !writes_block(value)) continue;
     const Tensor& local = value.local();
     const Shape& block = local.shape();
+    if (!checkpoint_io::chunk_is_contiguous(block, layout.chunk)) {
+      throw Error("save_checkpoint: internal error: a chunk of '" + state.arrays[a].path +
+                  "' is not one run of its block");
+    }
     const std::vector<std::int64_t> block_offsets = value.block_offsets();
-    const bool contiguous = checkpoint_io::chunk_is_contiguous(block, layout.chunk);
-    const Shape chunk_shape(layout.chunk.begin(), layout.chunk.end());
     std::vector<hsize_t> per_block(block.size());
     std::size_t chunks_in_block = 1;
     for (std::size_t d = 0; d < block.size(); ++d) {
@@ -249,22 +249,15 @@ std::vector<OwnedChunk> owned_chunks(const CheckpointState& state, const std::ve
     }
     for (std::size_t c = 0; c < chunks_in_block; ++c) {
       const std::vector<hsize_t> local_coords = grid_coords(c, per_block);
-      std::vector<std::int64_t> local_offsets(block.size());
       std::size_t flat = 0;     // the chunk's index in the dataset's chunk grid
       std::uint64_t first = 0;  // its first element's index in the block
       for (std::size_t d = 0; d < block.size(); ++d) {
-        local_offsets[d] = static_cast<std::int64_t>(local_coords[d] * layout.chunk[d]);
+        const std::uint64_t local_offset = local_coords[d] * layout.chunk[d];
         flat = flat * layout.grid[d] +
-               static_cast<std::size_t>(block_offsets[d] + local_offsets[d]) / static_cast<std::size_t>(layout.chunk[d]);
-        first = first * static_cast<std::uint64_t>(block[d]) + static_cast<std::uint64_t>(local_offsets[d]);
+               (static_cast<std::uint64_t>(block_offsets[d]) + local_offset) / layout.chunk[d];
+        first = first * static_cast<std::uint64_t>(block[d]) + local_offset;
       }
-      const void* data = nullptr;
-      if (contiguous) {
-        data = static_cast<const std::byte*>(local.raw()) + first * dtype_size(local.dtype());
-      } else {
-        packed.push_back(extract_block(local, local_offsets, chunk_shape));
-        data = packed.back().raw();
-      }
+      const void* data = static_cast<const std::byte*>(local.raw()) + first * dtype_size(local.dtype());
       chunks.push_back({layout.first + flat, data, layout.chunk_bytes,
                         checkpoint_io::fletcher32_trailer(checkpoint_io::fletcher32(data, layout.chunk_bytes))});
     }
@@ -379,9 +372,8 @@ std::string save_checkpoint(const CheckpointState& state, const std::string& dir
   if (rank == 0) {
     error = capture_error([&] { addresses = lay_out_file(state, layouts, total_chunks, mesh_shape, temporary); });
   }
-  std::deque<Tensor> packed;
   std::vector<OwnedChunk> chunks;
-  const auto checksum_error = capture_error([&] { chunks = owned_chunks(state, layouts, packed); });
+  const auto checksum_error = capture_error([&] { chunks = owned_chunks(state, layouts); });
   if (!error) error = checksum_error;
   agree_or_throw<IoError>(comm, error);
   if (total_chunks > 0) {

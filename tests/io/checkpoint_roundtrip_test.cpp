@@ -58,6 +58,49 @@ TEST(CheckpointRoundTrip, SaveOnEveryMeshRestoreOnEveryMeshOfThisSize) {
   EXPECT_GT(restores, 0);
 }
 
+// A small max_chunk_bytes cuts every block into several chunks (leading dimensions first), each
+// written by the block's owner; restores onto every mesh read chunks that straddle their blocks.
+TEST(CheckpointRoundTrip, BlocksCutIntoSeveralChunksRestoreOnEveryMesh) {
+  const auto defs = model_arrays();
+  const MeshShape save_shape = meshes_of_size(world_size(), true).back();
+  Mesh save_mesh = Mesh::world(save_shape);
+  TempDir dir("small_chunks");
+  const CheckpointState state = varied_state(save_mesh, defs, 0, true);
+  SaveOptions options;
+  options.max_chunk_bytes = 24;
+  const std::string file = save_checkpoint(state, dir.path(), options);
+  if (world_rank() == 0) {
+    const CheckpointInfo info = read_checkpoint_info(file);
+    int cut = 0;
+    for (const auto& array : info.arrays) {
+      if (array.shape.empty()) continue;
+      const CheckpointArray* saved = state.find(array.path);
+      ASSERT_NE(saved, nullptr);
+      const Shape& block = saved->value.local().shape();
+      const auto expected = checkpoint_format::chunk_shape(block, array.dtype, 24);
+      EXPECT_EQ(array.chunk, std::vector<std::int64_t>(expected.begin(), expected.end())) << array.path;
+      if (numel(block) * static_cast<std::int64_t>(dtype_size(array.dtype)) > 24) {
+        EXPECT_LT(numel(Shape(array.chunk.begin(), array.chunk.end())), numel(block)) << array.path;
+        ++cut;
+      }
+    }
+    EXPECT_GT(cut, 3);
+    std::string report;
+    EXPECT_TRUE(verify_checkpoint(file, &report)) << report;
+  }
+  int restores = 0;
+  for (const auto& target_shape : meshes_of_size(world_size(), true)) {
+    Mesh target_mesh = Mesh::world(target_shape);
+    for (int k = 0; k <= 2; ++k) {
+      CheckpointState restored = restore_checkpoint(dir.path(), varied_state(target_mesh, defs, k, false));
+      io_testing::expect_state_equals_reference(
+          restored, defs, "saved on " + save_shape.to_string() + " in small chunks, restored on " + target_shape.to_string());
+      ++restores;
+    }
+  }
+  EXPECT_GT(restores, 0);
+}
+
 // Run by the fixture setup test on 8 ranks only (see tests/io/CMakeLists.txt).
 TEST(CheckpointFixture, DISABLED_WriteFixtureSavedOn2x4) {
   ASSERT_EQ(world_size(), 8);
