@@ -1,5 +1,6 @@
-// HDF5 checkpoints of sharded state through parallel HDF5 (MPI-IO): save on one mesh, restore
-// onto any mesh and spec, each rank touching only its own block. The file layout is in
+// HDF5 checkpoints of sharded state, written and read with MPI-IO: save on one mesh, restore
+// onto any mesh and spec, each rank touching only its own block. How save and restore move the
+// bytes is at the top of io/save.cpp and io/restore.cpp. The file layout is in
 // README.md ("Checkpoint format") and io/checkpoint_format.h.
 //
 // Errors are IoError. Errors one rank alone sees (a file it cannot open, a checksum failure in
@@ -32,7 +33,8 @@ struct SaveOptions {
 };
 
 // Collective over the arrays' mesh (MPI_COMM_WORLD when there are no arrays). Writes
-// <dir>/ckpt_<step, 8 digits>.h5 atomically: under a temporary name, fsync'd after every rank
+// <dir>/ckpt_<step, 8 digits>.h5 (rank 0 lays it out, each block's owner writes its chunks with
+// one collective MPI-IO write) atomically: under a temporary name, fsync'd after every rank
 // closed it, then one rename by rank 0, then the `latest` pointer file, then checkpoints beyond
 // `keep` and leftovers of interrupted saves are removed. Returns the final path. Arrays must be
 // on one mesh and not partial (reshard them first). Each block is written once: only the
