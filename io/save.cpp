@@ -2,16 +2,16 @@
 // writes its chunks with one collective MPI-IO call, and rank 0 commits it by rename.
 //
 // Phases, each ended by one agreement so that every rank throws the same IoError:
-//   1. rank 0 creates the directory;
-//   2. rank 0 lays out the temporary file through the layout driver (io/layout_driver.h): root
-//      attributes, every dataset with its attributes, chunked with Fletcher32, its chunks
-//      allocated but their fill not written; then it broadcasts the address of every chunk;
-//   3. every rank writes the chunks inside the blocks it owns (one replica per block), each
+//   1. rank 0 creates the directory and lays out the temporary file through the layout driver
+//      (io/layout_driver.h): root attributes, every dataset with its attributes, chunked with
+//      Fletcher32, its chunks allocated but their fill not written; meanwhile every owner
+//      computes its chunks' checksums; then rank 0 broadcasts the address of every chunk;
+//   2. every rank writes the chunks inside the blocks it owns (one replica per block), each
 //      followed by the Fletcher32 checksum it computed, in one MPI_File_write_all, and closes;
-//   4. rank 0 fsyncs, renames, updates `latest` and prunes.
-// The file is exactly what HDF5's own filtered write would have left (the restore tests read it
-// through HDF5, which checks every checksum); only the fill chunks HDF5 would have written
-// first, and the rewrite through one ROMIO aggregator, are gone.
+//   3. rank 0 fsyncs, renames, updates `latest` and prunes.
+// The file is what HDF5's own filtered write would have left: HDF5 reads it and checks every
+// checksum (verify_checkpoint, h5dump, tests/io/chunk_io_test.cpp). Only the fill chunks HDF5
+// would have written first, and the rewrite through one ROMIO aggregator, are gone.
 #include <algorithm>
 #include <bit>
 #include <filesystem>
@@ -361,16 +361,17 @@ std::string save_checkpoint(const CheckpointState& state, const std::string& dir
   const std::string final_path = (std::filesystem::path(dir) / checkpoint_dir::file_name(state.step)).string();
   const std::string temporary = final_path + checkpoint_dir::temporary_suffix;
 
+  // Rank 0 makes the directory and lays out the file while the owners checksum their chunks
+  // (rank 0 after its layout).
   std::optional<std::string> error;
-  if (rank == 0) error = capture_error([&] { checkpoint_dir::make_directories(dir); });
-  agree_or_throw<IoError>(comm, error);
-
-  // Rank 0 lays out the file while the owners checksum their chunks (rank 0 after its layout).
   std::size_t total_chunks = 0;
   const std::vector<ChunkLayout> layouts = chunk_layouts(state, options, total_chunks);
   std::vector<std::uint64_t> addresses(total_chunks, 0);
   if (rank == 0) {
-    error = capture_error([&] { addresses = lay_out_file(state, layouts, total_chunks, mesh_shape, temporary); });
+    error = capture_error([&] {
+      checkpoint_dir::make_directories(dir);
+      addresses = lay_out_file(state, layouts, total_chunks, mesh_shape, temporary);
+    });
   }
   std::vector<OwnedChunk> chunks;
   const auto checksum_error = capture_error([&] { chunks = owned_chunks(state, layouts); });
