@@ -22,4 +22,10 @@ inline std::array<unsigned char, 4> fletcher32_trailer(std::uint32_t sum) {
           static_cast<unsigned char>(sum >> 16), static_cast<unsigned char>(sum >> 24)};
 }
 
+// The checksum those four bytes hold.
+inline std::uint32_t fletcher32_from_trailer(const unsigned char* trailer) {
+  return static_cast<std::uint32_t>(trailer[0]) | static_cast<std::uint32_t>(trailer[1]) << 8 |
+         static_cast<std::uint32_t>(trailer[2]) << 16 | static_cast<std::uint32_t>(trailer[3]) << 24;
+}
+
 }  // namespace tessera::checkpoint_io

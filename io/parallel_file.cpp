@@ -77,6 +77,29 @@ bool chunk_is_contiguous(const Shape& block, const std::vector<hsize_t>& chunk) 
   return true;
 }
 
+std::string coords_text(const std::vector<hsize_t>& coords) {
+  std::string text = "(";
+  for (std::size_t d = 0; d < coords.size(); ++d) text += (d > 0 ? ", " : "") + std::to_string(coords[d]);
+  return text + ")";
+}
+
+haddr_t filtered_chunk_address(hid_t dataset, const std::vector<hsize_t>& start, std::uint64_t chunk_bytes,
+                               std::string_view context) {
+  const std::string where = coords_text(start);
+  unsigned mask = 0;
+  haddr_t address = HADDR_UNDEF;
+  hsize_t stored = 0;
+  check_h5(H5Dget_chunk_info_by_coord(dataset, start.data(), &mask, &address, &stored), "H5Dget_chunk_info_by_coord",
+           context);
+  if (address == HADDR_UNDEF) throw IoError(std::string(context) + ": chunk at " + where + " is missing");
+  if (stored != chunk_bytes + 4 || mask != 0) {
+    throw IoError(std::string(context) + ": chunk at " + where + " is stored with " + std::to_string(stored) +
+                  " bytes and filter mask " + std::to_string(mask) + "; expected " + std::to_string(chunk_bytes + 4) +
+                  " bytes and mask 0");
+  }
+  return address;
+}
+
 std::string mpi_error_text(int code) {
   char text[MPI_MAX_ERROR_STRING];
   int length = 0;

@@ -49,6 +49,18 @@ H5Handle memory_space(const Shape& block, bool take_part, std::string_view conte
 // cut and every later one is spanned whole.
 bool chunk_is_contiguous(const Shape& block, const std::vector<hsize_t>& chunk);
 
+// "(0, 256)": a chunk's starting element, for messages.
+std::string coords_text(const std::vector<hsize_t>& coords);
+
+// The file address of the Fletcher32-filtered chunk starting at element `start`, after checking
+// that it exists and is stored as its `chunk_bytes` plus the 4 checksum bytes, unfiltered mask 0
+// (what save writes and restore reads directly). Throws IoError naming the chunk otherwise.
+haddr_t filtered_chunk_address(hid_t dataset, const std::vector<hsize_t>& start, std::uint64_t chunk_bytes,
+                               std::string_view context);
+
+// The most bytes one MPI read or write moves here: MPI counts are ints.
+inline constexpr std::uint64_t max_mpi_run = std::uint64_t{1} << 30;
+
 // MPI's text for an error code.
 std::string mpi_error_text(int code);
 

@@ -141,16 +141,10 @@ std::vector<hsize_t> direct_chunk_shape(hid_t dataset, const std::string& contex
   return chunk;
 }
 
-std::string coords_text(const std::vector<hsize_t>& coords) {
-  std::string text = "(";
-  for (std::size_t d = 0; d < coords.size(); ++d) text += (d > 0 ? ", " : "") + std::to_string(coords[d]);
-  return text + ")";
-}
-
 // `bytes` bytes at `offset` of the file into `out`, or IoError (a short read means the file
 // was cut off).
 void read_exactly(MPI_File handle, std::uint64_t offset, void* out, std::uint64_t bytes, const std::string& context) {
-  constexpr std::uint64_t max_run = std::uint64_t{1} << 30;  // MPI counts are ints
+  constexpr std::uint64_t max_run = checkpoint_io::max_mpi_run;
   for (std::uint64_t done = 0; done < bytes; done += max_run) {
     const int count = static_cast<int>(std::min(max_run, bytes - done));
     MPI_Status status;
@@ -193,29 +187,18 @@ void read_block_direct(hid_t dataset, MPI_File handle, const std::vector<hsize_t
       inside = inside && begin >= offsets[d] && begin + static_cast<std::int64_t>(chunk[d]) <= offsets[d] + block[d];
       first = first * static_cast<std::uint64_t>(block[d]) + static_cast<std::uint64_t>(std::max<std::int64_t>(begin - offsets[d], 0));
     }
-    unsigned mask = 0;
-    haddr_t address = HADDR_UNDEF;
-    hsize_t stored = 0;
-    check_h5(H5Dget_chunk_info_by_coord(dataset, start.data(), &mask, &address, &stored), "H5Dget_chunk_info_by_coord",
-             context);
-    if (address == HADDR_UNDEF) throw IoError(context + ": chunk at " + coords_text(start) + " is missing");
-    if (stored != chunk_bytes + 4 || mask != 0) {
-      throw IoError(context + ": chunk at " + coords_text(start) + " is stored with " + std::to_string(stored) +
-                    " bytes and filter mask " + std::to_string(mask) + "; expected " + std::to_string(chunk_bytes + 4) +
-                    " bytes and mask 0");
-    }
+    const haddr_t address = checkpoint_io::filtered_chunk_address(dataset, start, chunk_bytes, context);
     const bool direct = inside && contiguous;
     if (!direct && !buffer) buffer = Tensor::empty(chunk_shape, local.dtype());
     void* target = direct ? static_cast<void*>(static_cast<std::byte*>(local.raw()) + first * element) : buffer->raw();
     unsigned char trailer[4];
     read_exactly(handle, address, target, chunk_bytes, context);
     read_exactly(handle, address + chunk_bytes, trailer, 4, context);
-    const std::uint32_t want = static_cast<std::uint32_t>(trailer[0]) | static_cast<std::uint32_t>(trailer[1]) << 8 |
-                               static_cast<std::uint32_t>(trailer[2]) << 16 | static_cast<std::uint32_t>(trailer[3]) << 24;
+    const std::uint32_t want = checkpoint_io::fletcher32_from_trailer(trailer);
     const std::uint32_t got = checkpoint_io::fletcher32(target, chunk_bytes);
     if (got != want) {
       throw IoError(context + ": data failed its Fletcher32 checksum (the file is corrupt): chunk at " +
-                    coords_text(start) + " stores " + std::to_string(want) + ", its bytes sum to " +
+                    checkpoint_io::coords_text(start) + " stores " + std::to_string(want) + ", its bytes sum to " +
                     std::to_string(got));
     }
     if (!direct) {

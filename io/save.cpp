@@ -183,17 +183,8 @@ void lay_out_array(hid_t file, const CheckpointArray& array, const ChunkLayout& 
     for (std::size_t i = 0; i < layout.count; ++i) {
       std::vector<hsize_t> offset = grid_coords(i, layout.grid);
       for (std::size_t d = 0; d < offset.size(); ++d) offset[d] *= layout.chunk[d];
-      unsigned mask = 0;
-      haddr_t address = HADDR_UNDEF;
-      hsize_t size = 0;
-      check_h5(H5Dget_chunk_info_by_coord(dataset.get(), offset.data(), &mask, &address, &size),
-               "H5Dget_chunk_info_by_coord", context);
-      if (address == HADDR_UNDEF || size != layout.chunk_bytes + 4 || mask != 0) {
-        throw IoError(context + ": chunk " + std::to_string(i) + " was allocated with " + std::to_string(size) +
-                      " bytes and filter mask " + std::to_string(mask) + "; expected " +
-                      std::to_string(layout.chunk_bytes + 4) + " bytes and mask 0");
-      }
-      addresses[layout.first + i] = address;
+      addresses[layout.first + i] =
+          checkpoint_io::filtered_chunk_address(dataset.get(), offset, layout.chunk_bytes, context);
     }
   }
   dataset.close(context);
@@ -273,7 +264,7 @@ struct Piece {
 };
 
 // The owned chunks at their addresses: each chunk's bytes, then its checksum, in file order, cut
-// into runs of at most 1 GiB (MPI counts are ints).
+// into runs of at most max_mpi_run bytes.
 std::vector<Piece> file_pieces(const std::vector<OwnedChunk>& chunks, const std::vector<std::uint64_t>& addresses) {
   std::vector<Piece> pieces;
   for (const OwnedChunk& chunk : chunks) {
@@ -282,7 +273,7 @@ std::vector<Piece> file_pieces(const std::vector<OwnedChunk>& chunks, const std:
     pieces.push_back({address + chunk.bytes, chunk.trailer.data(), chunk.trailer.size()});
   }
   std::sort(pieces.begin(), pieces.end(), [](const Piece& x, const Piece& y) { return x.offset < y.offset; });
-  constexpr std::uint64_t max_run = std::uint64_t{1} << 30;
+  constexpr std::uint64_t max_run = checkpoint_io::max_mpi_run;
   std::vector<Piece> runs;
   for (const Piece& piece : pieces) {
     for (std::uint64_t done = 0; done < piece.bytes; done += max_run) {
