@@ -1,5 +1,5 @@
 // bench_train: the train step of the tutorial's MLP on the current mesh, beside the floor of
-// DESIGN.md ("Performance model") measured in the same run:
+// docs/design.md ("Performance model") measured in the same run:
 //   floor = matrix FLOPs per rank / GEMM rate + 28 bytes per fp32 parameter per rank / copy bandwidth
 // Every rank measures the GEMM rate and copy bandwidth at once (they share the node's cores and
 // memory, as in the step). One JSON object per line on stdout (rank 0).

@@ -1,6 +1,6 @@
 // Global view: move a sharded tensor from its spec to any other spec on the same mesh.
 //
-// plan_reshard turns (source, target) into steps, per mesh axis after DESIGN.md's table:
+// plan_reshard turns (source, target) into steps, per mesh axis after docs/design.md's table:
 //   split dim i   -> replicated     all_gather on dim i
 //   replicated    -> split dim j    slice (local, 0 bytes)
 //   split dim i   -> split dim j    all_to_all i -> j
@@ -45,7 +45,7 @@ struct ReshardStep {
 struct ReshardPlan {
   Spec source, target;
   std::vector<ReshardStep> steps;
-  // What DESIGN.md's table implies for this pair (see table_bytes below); -1 when nothing.
+  // What docs/design.md's table implies for this pair (see table_bytes below); -1 when nothing.
   std::int64_t table_bytes = 0;
 
   std::int64_t bytes_per_rank() const;
@@ -58,7 +58,7 @@ struct ReshardPlan {
 ReshardPlan plan_reshard(const MeshShape& mesh, const Spec& source, const Spec& target, const Shape& global_shape,
                          DType dtype);
 
-// The bytes per rank that DESIGN.md's per-axis table implies: the cheapest order in which to
+// The bytes per rank that docs/design.md's per-axis table implies: the cheapest order in which to
 // apply the table's step to each axis whose place changes, one axis at a time, each step
 // valid on the spec it meets (only a dimension's minor-most axis can leave it; an arriving axis
 // becomes the minor-most) and the last spec equal to the target (split -> partial counted as a

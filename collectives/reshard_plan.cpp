@@ -1,4 +1,4 @@
-// The reshard planner: per-axis steps of DESIGN.md's table in the order that keeps blocks
+// The reshard planner: per-axis steps of docs/design.md's table in the order that keeps blocks
 // smallest, a small search where the order of a dimension's axes leaves choices, and a general
 // relayout (permute / redistribute) where no sequence of named collectives reaches the target.
 #include <algorithm>

@@ -25,7 +25,7 @@ namespace tessera::checkpoint_io {
 // two arrays are on meshes of different shapes. `what` names the caller in messages.
 const Mesh* common_mesh(const CheckpointState& state, std::string_view what);
 
-// File access through MPI-IO over `comm` (ROMIO: see DESIGN.md), with the 1.8 file format as
+// File access through MPI-IO over `comm` (ROMIO: see docs/design.md), with the 1.8 file format as
 // the oldest allowed so object headers carry checksums.
 H5Handle parallel_file_access(MPI_Comm comm, std::string_view context);
 // The name to give HDF5's MPI-IO driver for `path`. ROMIO reads "xyz:" at the start of a file

@@ -1,4 +1,4 @@
-// Checkpoints of an nn::TrainState: its arrays under the paths of DESIGN.md's format
+// Checkpoints of an nn::TrainState: its arrays under the paths of docs/design.md's format
 // (params/<path>, opt_state/mu/<path>, opt_state/nu/<path>, opt_state/count), with the step,
 // the seed and the program's configuration, restored onto any mesh and specs.
 #pragma once

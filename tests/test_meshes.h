@@ -1,4 +1,4 @@
-// The meshes of DESIGN.md's correctness rule, and enumeration of specs over a mesh's axes,
+// The meshes of docs/design.md's correctness rule, and enumeration of specs over a mesh's axes,
 // shared by the MPI suites. A suite run on N ranks tests the meshes of N ranks.
 #pragma once
 

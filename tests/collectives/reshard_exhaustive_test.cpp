@@ -1,4 +1,4 @@
-// DESIGN.md's reshard check: every pair of specs (partial sources and targets included) for 2-D
+// docs/design.md's reshard check: every pair of specs (partial sources and targets included) for 2-D
 // and 3-D tensors on every mesh of this rank count (2x2 at 4 ranks; 2x4, 4x2, 8 and 2x2x2 at 8)
 // reshards to the exact global value, the bytes counted on the ranks equal the plan's, and the
 // plan moves no more than the per-axis table implies (table_bytes); where no order of table

@@ -1,5 +1,5 @@
 // Plans pinned without MPI (the planner is a pure function of mesh shape, specs, shape, dtype):
-// the DESIGN.md table's steps, their bytes, the per-axis table bound and explain's text.
+// the docs/design.md table's steps, their bytes, the per-axis table bound and explain's text.
 #include <gtest/gtest.h>
 
 #include "collectives/reshard.h"

@@ -1,4 +1,4 @@
-// reshard in the global view on the meshes of this rank count: the plans DESIGN.md pins, run and
+// reshard in the global view on the meshes of this rank count: the plans docs/design.md pins, run and
 // counted (one all-to-all, 0 bytes, one reduce-scatter, one all-reduce), explain's text, no-ops
 // and storage reuse, determinism of partial sums, and bad input raising the same error on every
 // rank with nothing sent.

@@ -1,4 +1,4 @@
-// Spec text forms, validation messages and block layout (DESIGN.md semantics 1 and 2).
+// Spec text forms, validation messages and block layout (docs/design.md semantics 1 and 2).
 #include "core/spec.h"
 
 #include <gtest/gtest.h>

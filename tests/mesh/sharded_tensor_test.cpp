@@ -50,7 +50,7 @@ TEST(ShardedTensor, FromFnToGlobalEqualsReferenceForEverySpec) {
   EXPECT_GT(checked, 0);
 }
 
-// DESIGN.md semantics 5: values made from a seed are the same global values, bit for bit, on
+// docs/design.md semantics 5: values made from a seed are the same global values, bit for bit, on
 // every mesh and spec, with each rank computing only its block.
 TEST(ShardedTensor, RngInitIsShardingInvariant) {
   const RngKey key = rng_key(1234, "MLP_0/DotReluDot_0/W1");
