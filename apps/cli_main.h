@@ -10,15 +10,17 @@
 #include <iostream>
 
 #include "core/error.h"
+#include "core/version.h"
 
 namespace tessera::apps {
 
 // Parses the command line into `app`'s options, then returns run(rank), or the exit code of the
-// error it raised (help: 0; CLI11 parse errors and tessera::Error: 2).
+// error it raised (--help, --version: 0; CLI11 parse errors and tessera::Error: 2).
 template <class Run>
 int parse_and_run(const char* program, CLI::App& app, int argc, char** argv, Run&& run) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  app.set_version_flag("--version", std::string(program) + " (tessera " + std::string(version_string()) + ")");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

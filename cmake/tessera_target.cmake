@@ -7,11 +7,20 @@ function(tessera_target_options target)
 endfunction()
 
 # tessera_library(name SOURCES ... DEPENDS ...): one library per layer folder, aliased tessera::name.
+# Installed with its headers under include/tessera/<name>/ (so "core/tensor.h" resolves both in
+# the tree and in an install) and exported as tessera::<name> in the tessera CMake package.
 function(tessera_library name)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPENDS;PRIVATE_DEPENDS" ${ARGN})
   add_library(tessera_${name} ${ARG_SOURCES})
   add_library(tessera::${name} ALIAS tessera_${name})
-  target_include_directories(tessera_${name} PUBLIC ${PROJECT_SOURCE_DIR})
+  set_target_properties(tessera_${name} PROPERTIES EXPORT_NAME ${name})
+  target_include_directories(tessera_${name} PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
+                                                    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/tessera>)
   target_link_libraries(tessera_${name} PUBLIC ${ARG_DEPENDS} PRIVATE ${ARG_PRIVATE_DEPENDS})
   tessera_target_options(tessera_${name})
+  install(TARGETS tessera_${name} EXPORT tesseraTargets
+          ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+          LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  install(DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tessera/${name}
+          FILES_MATCHING PATTERN "*.h")
 endfunction()
