@@ -5,7 +5,18 @@
 # to train_mlp and override the defaults here (e.g. `bash scripts/run.sh --steps 50 --scan`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/build.sh
+# The build as one progress line; its whole log only when it fails.
+build_log=$(mktemp)
+trap 'rm -f "$build_log"' EXIT
+if ! bash scripts/build.sh 2>&1 | tee "$build_log" | while IFS= read -r line; do
+  if [[ $line =~ ^\[\ *([0-9]+)%\] ]]; then printf '\rbuild: %3d%%' "${BASH_REMATCH[1]}"; fi
+done; then
+  printf '\n'
+  cat "$build_log" >&2
+  echo "run.sh: the build failed (log above)" >&2
+  exit 1
+fi
+printf '\rbuild: done\n'
 steps=${TESSERA_RUN_STEPS:-300}
 # A fresh run each time: without this, the checkpoints of the last run would be overwritten
 # from step 0 (use train_mlp --resume to continue one instead).
@@ -13,3 +24,5 @@ rm -rf build/checkpoints
 args=(--mesh data=2,model=4 --steps "$steps" --metrics build/train_mlp_metrics.jsonl
       --ckpt-dir build/checkpoints --save-every 100 --keep 2)
 bash scripts/mpirun/local.sh 8 build/apps/train_mlp "${args[@]}" "$@"
+echo "plots of this run:"
+scripts/plot_metrics -o build/plots build/train_mlp_metrics.jsonl

@@ -10,6 +10,7 @@ packages=(
   libhdf5-openmpi-dev hdf5-tools
   googletest libgtest-dev libgmock-dev
   libcli11-dev
+  python3-matplotlib
 )
 
 missing=()
