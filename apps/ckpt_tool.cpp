@@ -20,7 +20,7 @@ namespace {
 std::string resolve(const std::string& path) {
   if (std::filesystem::is_directory(path)) {
     auto latest = tessera::latest_checkpoint(path);
-    if (!latest) throw tessera::IoError("ckpt_tool: no complete checkpoint in '" + path + "'");
+    if (!latest) throw tessera::IoError("no complete checkpoint in '" + path + "'");
     return *latest;
   }
   return path;
@@ -51,8 +51,11 @@ int list(const std::string& path) {
 }
 
 int verify(const std::string& path) {
+  const std::string file = resolve(path);
+  // A file that is not a checkpoint at all is bad input (exit 2, one message), not a failed check.
+  tessera::read_checkpoint_info(file);
   std::string report;
-  const bool ok = tessera::verify_checkpoint(resolve(path), &report);
+  const bool ok = tessera::verify_checkpoint(file, &report);
   std::cout << report << (report.empty() || report.back() == '\n' ? "" : "\n") << (ok ? "ok" : "FAILED") << '\n';
   return ok ? 0 : 1;
 }

@@ -1,12 +1,16 @@
 // demo_mesh: builds a named mesh over all ranks and a sharded tensor from the sharding-invariant
 // RNG, and prints the mesh, the tensor's sharding picture and a checksum of its global value.
+// The sharding is JAX text or a seqax shape string (whose sizes and names are checked against
+// --shape in a shape scope):
 //   scripts/mpirun/local.sh 8 build/apps/demo_mesh --mesh data=2,model=4 --spec "P(None, model)"
+//   scripts/mpirun/local.sh 8 build/apps/demo_mesh --shape 16,64 --spec "rows/data cols/model"
 #include <cstdio>
 #include <iostream>
 
 #include "apps/cli_main.h"
 #include "core/init.h"
 #include "core/rng.h"
+#include "core/shape_scope.h"
 #include "mesh/environment.h"
 #include "mesh/mesh.h"
 #include "mesh/sharded_tensor.h"
@@ -19,12 +23,30 @@ int main(int argc, char** argv) {
   std::vector<std::int64_t> shape = {16, 64};
   std::uint64_t seed = 0;
   app.add_option("--mesh", mesh_text, "mesh axes, name=size,...")->capture_default_str();
-  app.add_option("--spec", spec_text, "sharding spec of the tensor")->capture_default_str();
-  app.add_option("--shape", shape, "global shape")->capture_default_str();
+  app.add_option("--spec", spec_text, "sharding: JAX text P(...) or a seqax shape string (rows/data cols)")
+      ->capture_default_str();
+  app.add_option("--shape", shape, "global shape, comma-separated")->delimiter(',')->capture_default_str();
   app.add_option("--seed", seed, "RNG seed")->capture_default_str();
   return tessera::apps::parse_and_run("demo_mesh", app, argc, argv, [&](int rank) {
-    tessera::Mesh mesh = tessera::Mesh::world(tessera::MeshShape::parse(mesh_text));
-    tessera::Spec spec = tessera::parse_spec(spec_text);
+    // Every check before the mesh is made: replicated input fails on every rank alike.
+    for (std::size_t d = 0; d < shape.size(); ++d) {
+      if (shape[d] < 0) {
+        throw tessera::UsageError("--shape: dimension " + std::to_string(d) + " is " + std::to_string(shape[d]) +
+                                  " (must be >= 0)");
+      }
+    }
+    const tessera::MeshShape mesh_shape = tessera::MeshShape::parse(mesh_text);
+    tessera::Spec spec;
+    if (spec_text.rfind("P(", 0) == 0) {
+      spec = tessera::parse_spec(spec_text);
+    } else {
+      const tessera::ShapeString shape_string = tessera::parse_shape_string(spec_text);
+      tessera::ShapeScope scope;
+      tessera::check_global(shape_string, shape, mesh_shape, "--spec");
+      spec = shape_string.spec();
+    }
+    tessera::validate_spec(spec, mesh_shape, shape, "W1");
+    tessera::Mesh mesh = tessera::Mesh::world(mesh_shape);
     const tessera::RngKey key = tessera::rng_key(seed, "demo/W1");
     auto w = tessera::ShardedTensor::from_block_fn(
         mesh, spec, shape,

@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# bad_input_catalogue.sh RANKS BUILD_DIR WORK_DIR: the catalogue of bad input. Every case runs a
+# program the way a user would (the MPI programs through scripts/mpirun/local.sh on RANKS ranks,
+# ckpt_tool as one process) and asserts three things: the exit code, that exactly one message is
+# printed (one line on stderr matching the case's pattern, with at most an indented continuation
+# such as the caret under a parse error; CLI11's "Run with --help" hint aside), and that the program ended within 10 s (a hang is a failure, not a wait).
+# Ends with "catalogue: N passed, M failed" and exits 1 when any case failed. CATALOGUE_ONLY=REGEX
+# runs only the cases whose names match.
+set -uo pipefail
+ranks=$1
+build=$(cd "$2" && pwd)
+work=$3
+here=$(cd "$(dirname "$0")" && pwd)
+launch="$here/../../scripts/mpirun/local.sh"
+rm -rf "$work" && mkdir -p "$work"
+apps="$build/apps"
+passed=0
+failed=0
+limit=10
+
+# expect NAME RC PATTERN (mpi|one) PROGRAM ARGS...
+expect() {
+  local name=$1 want_rc=$2 pattern=$3 how=$4
+  shift 4
+  if [ -n "${CATALOGUE_ONLY:-}" ] && ! [[ "$name" =~ $CATALOGUE_ONLY ]]; then return; fi
+  local cmd=("$@")
+  [ "$how" = mpi ] && cmd=(bash "$launch" "$ranks" "$@")
+  local start end rc
+  start=$(date +%s%N)
+  timeout $((limit + 5)) "${cmd[@]}" >"$work/out" 2>"$work/err" </dev/null
+  rc=$?
+  end=$(date +%s%N)
+  local ms=$(((end - start) / 1000000))
+  # One message: its first line matches the pattern (once in all of stderr); any further lines
+  # are its indented continuation (the caret under a parse error), never a second message, a
+  # second rank's copy or a crash report.
+  local problem="" first others matches
+  grep -v -e '^[[:space:]]*$' -e '^Run with --help for more information\.$' "$work/err" >"$work/message"
+  first=$(head -1 "$work/message")
+  others=$(tail -n +2 "$work/message" | grep -vc '^  ')
+  matches=$(grep -cE -- "$pattern" "$work/err")
+  if [ "$ms" -gt $((limit * 1000)) ]; then
+    problem="took ${ms} ms (limit ${limit} s)"
+  elif [ "$rc" -ne "$want_rc" ]; then
+    problem="exit code $rc, expected $want_rc"
+  elif [ -z "$first" ] || [ "$others" -ne 0 ]; then
+    problem="expected exactly one message on stderr"
+  elif [ "$matches" -ne 1 ] || ! grep -qE -- "$pattern" <<<"$first"; then
+    problem="the message does not match '$pattern' (once)"
+  fi
+  if [ -z "$problem" ]; then
+    passed=$((passed + 1))
+    printf 'ok    %-40s exit %d, %5d ms: %s\n' "$name" "$rc" "$ms" "$first"
+  else
+    failed=$((failed + 1))
+    printf 'FAIL  %-40s %s\n' "$name" "$problem"
+    printf '      command: %s\n' "${cmd[*]}"
+    sed 's/^/      stderr: /' "$work/err" | head -20
+    sed 's/^/      stdout: /' "$work/out" | tail -5
+  fi
+}
+
+# A mesh of this rank count with both of train_mlp's axes.
+mesh="data=1,model=$ranks"
+
+# --- train_mlp: flags -------------------------------------------------------------------------
+tm="$apps/train_mlp"
+small=(--mesh "$mesh" --depth 16 --layers 1 --batch 8 --quiet)
+expect train_mlp.unknown_flag 2 'not expected: --bogus' mpi "$tm" --bogus
+expect train_mlp.batch_zero 2 'train_mlp: --batch, --depth and --layers must be >= 1' mpi "$tm" "${small[@]}" --batch 0
+expect train_mlp.depth_negative 2 'train_mlp: --batch, --depth and --layers must be >= 1' mpi "$tm" "${small[@]}" --depth -5
+expect train_mlp.layers_zero 2 'train_mlp: --batch, --depth and --layers must be >= 1' mpi "$tm" "${small[@]}" --layers 0
+expect train_mlp.steps_negative 2 'train_mlp: --steps must be >= 0' mpi "$tm" "${small[@]}" --steps -1
+expect train_mlp.microbatches_zero 2 'train_mlp: --microbatches must be >= 1' mpi "$tm" "${small[@]}" --microbatches 0
+expect train_mlp.keep_zero 2 'train_mlp: --keep must be >= 1' mpi "$tm" "${small[@]}" --keep 0
+expect train_mlp.save_every_negative 2 'train_mlp: --save-every must be >= 0' mpi "$tm" "${small[@]}" --save-every -1
+expect train_mlp.loss_unknown 2 '--loss: foo not in \{sum,mse,xent\}' mpi "$tm" "${small[@]}" --loss foo
+expect train_mlp.input_unknown 2 '--input: zeros not in \{ones,random\}' mpi "$tm" "${small[@]}" --input zeros
+expect train_mlp.lr_not_a_number 2 'Could not convert: --lr = abc' mpi "$tm" "${small[@]}" --lr abc
+expect train_mlp.examples_negative 2 '--examples: Value -1 should be a non-negative number' mpi "$tm" "${small[@]}" --examples -1
+expect train_mlp.microbatches_do_not_divide 2 "train_mlp: --microbatches 3 does not divide each rank's batch block of 8 rows" \
+  mpi "$tm" "${small[@]}" --microbatches 3
+expect train_mlp.resume_without_dir 2 'train_mlp: --resume and --save-every need --ckpt-dir' mpi "$tm" "${small[@]}" --resume
+expect train_mlp.save_every_without_dir 2 'train_mlp: --resume and --save-every need --ckpt-dir' mpi "$tm" "${small[@]}" --save-every 5
+
+# --- train_mlp: meshes and rules ---------------------------------------------------------------
+expect mesh.size_is_not_rank_count 2 "mesh \\(data: 3, model: 1\\) has 3 ranks but the communicator has $ranks" \
+  mpi "$tm" --mesh data=3,model=1
+expect mesh.size_zero 2 "mesh 'data=0,model=1': axis 'data' has size 0" mpi "$tm" --mesh data=0,model=1
+expect mesh.axis_twice 2 "mesh 'data=1,data=1': axis name 'data' appears twice" mpi "$tm" --mesh data=1,data=1
+expect mesh.size_not_a_number 2 "mesh 'data=two,model=1'" mpi "$tm" --mesh data=two,model=1
+expect mesh.empty 2 "mesh ''" mpi "$tm" --mesh ''
+expect rules.unknown_axis 2 "mesh axis 'tensor' is not in the mesh" mpi "$tm" "${small[@]}" --logical --rules batch=data,hidden=tensor
+expect rules.no_equals 2 "rules \"batch\": expected '=' after 'batch' \\(column 6\\)" mpi "$tm" "${small[@]}" --logical --rules batch
+expect rules.axis_twice_in_a_rule 2 "mesh axis 'data' appears twice in the rule for 'batch' \\(column 12\\)" mpi "$tm" "${small[@]}" --logical --rules batch=data+data
+
+
+# --- demo_mesh: specs, shapes and shape strings -----------------------------------------------
+dm="$apps/demo_mesh"
+dmesh=(--mesh "$mesh" --shape 16,64)
+expect spec.unclosed 2 "spec 'P\\(data': expected ',', ';' or '\\)', found end of text at column 7" mpi "$dm" "${dmesh[@]}" --spec 'P(data'
+expect spec.unknown_axis 2 "unknown mesh axis 'tensor'" mpi "$dm" "${dmesh[@]}" --spec 'P(tensor)'
+expect spec.axis_twice 2 "mesh axis 'data' is used more than once" mpi "$dm" "${dmesh[@]}" --spec 'P(data, data)'
+expect spec.axis_twice_with_partial 2 "mesh axis 'model' is used more than once" mpi "$dm" "${dmesh[@]}" --spec 'P(model; partial=model)'
+expect spec.more_dimensions_than_tensor 2 "has 3 dimensions but the tensor has shape \\[16, 64\\]" \
+  mpi "$dm" "${dmesh[@]}" --spec 'P(None, None, model)'
+expect spec.bad_partial_clause 2 "spec 'P\\(data; partly=model\\)'" mpi "$dm" "${dmesh[@]}" --spec 'P(data; partly=model)'
+expect spec.neither_jax_nor_shape_string 2 "shape string 'Q\\(data\\)': expected a space, '/' or the end, found '\\(' at column 2" mpi "$dm" "${dmesh[@]}" --spec 'Q(data)'
+expect shape.negative 2 "demo_mesh: --shape: dimension 0 is -3" mpi "$dm" --mesh "$mesh" --shape -3,4
+expect shape_string.empty_axis 2 "shape string 'rows/data cols/'" mpi "$dm" "${dmesh[@]}" --spec 'rows/data cols/'
+expect shape_string.unknown_axis 2 "mesh axis 'tensor' of dimension rows is not in the mesh" mpi "$dm" "${dmesh[@]}" --spec 'rows/tensor cols'
+expect shape_string.size_disagrees 2 "\\(\"16/data 32\", global shape \\[16, 64\\] on mesh data: 1, model: $ranks\\): dimension 1: expected 32, got 64" mpi "$dm" "${dmesh[@]}" --spec '16/data 32'
+expect shape_string.bad_character 2 "shape string 'rows/da-ta cols'" mpi "$dm" "${dmesh[@]}" --spec 'rows/da-ta cols'
+
+# --- the benchmarks ---------------------------------------------------------------------------
+expect bench_collectives.min_zero 2 'bench_collectives: --min must be >= 1' mpi "$apps/bench_collectives" --min 0
+expect bench_collectives.min_above_max 2 'bench_collectives: --min 4096 is above --max 1024' \
+  mpi "$apps/bench_collectives" --min 4096 --max 1024
+expect bench_collectives.unknown_op 2 "bench_collectives: unknown op 'gather_all'" mpi "$apps/bench_collectives" --ops gather_all
+expect bench_train.copy_mib_zero 2 'bench_train: --copy-mib must be >= 1' mpi "$apps/bench_train" --copy-mib 0
+expect bench_train.steps_zero 2 'bench_train: --steps must be >= 1' mpi "$apps/bench_train" --steps 0
+expect bench_checkpoint.state_unknown 2 '--state: huge not in \{mlp,large,both\}' mpi "$apps/bench_checkpoint" --state huge
+expect bench_checkpoint.repeats_zero 2 '--repeats: Value 0 should be a positive number' mpi "$apps/bench_checkpoint" --repeats 0
+
+# --- checkpoint files and directories ---------------------------------------------------------
+good="$work/good"
+bash "$launch" 1 "$tm" --mesh data=1,model=1 --depth 16 --layers 1 --batch 8 --steps 2 --quiet --ckpt-dir "$good" \
+  >"$work/fixture.log" 2>&1 || { echo "FAIL: could not make the fixture checkpoint"; cat "$work/fixture.log"; exit 1; }
+good_file=$(ls "$good"/ckpt_*.h5 | head -1)
+ck="$apps/ckpt_tool"
+mkdir -p "$work/empty_dir"
+printf 'not an hdf5 file\n' >"$work/text.h5"
+head -c 2000 "$good_file" >"$work/truncated.h5"
+expect ckpt_tool.no_subcommand 2 'A subcommand is required' one "$ck"
+expect ckpt_tool.missing_file 2 "ckpt_tool: .*'$work/nope.h5'" one "$ck" list "$work/nope.h5"
+expect ckpt_tool.empty_dir 2 "^ckpt_tool: no complete checkpoint in '$work/empty_dir'" one "$ck" list "$work/empty_dir"
+expect ckpt_tool.not_hdf5 2 "'$work/text.h5'.*not an HDF5 file" one "$ck" verify "$work/text.h5"
+expect ckpt_tool.truncated 2 "'$work/truncated.h5'" one "$ck" list "$work/truncated.h5"
+
+mkdir -p "$work/resume_text"
+cp "$work/text.h5" "$work/resume_text/ckpt_00000005.h5"
+echo ckpt_00000005.h5 >"$work/resume_text/latest"
+expect resume.not_hdf5 2 "'$work/resume_text/ckpt_00000005.h5'.*not an HDF5 file" \
+  mpi "$tm" "${small[@]}" --steps 6 --resume --ckpt-dir "$work/resume_text"
+expect resume.empty_dir 2 "train_mlp: --resume: no checkpoint in '$work/empty_dir'" \
+  mpi "$tm" "${small[@]}" --resume --ckpt-dir "$work/empty_dir"
+cp -r "$good" "$work/other_model"
+expect resume.other_model 2 "global shape is \\[16, 16\\] in the file, \\[32, 32\\] wanted" \
+  mpi "$tm" --mesh "$mesh" --depth 32 --layers 1 --batch 8 --quiet --steps 4 --resume --ckpt-dir "$work/other_model"
+
+echo "catalogue ($ranks ranks): $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
