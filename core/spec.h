@@ -28,7 +28,8 @@ struct Spec {
   // A spec of `rank` unsplit dimensions.
   static Spec replicated(int rank = 0) { return Spec(std::vector<Axes>(rank)); }
 
-  int rank() const { return static_cast<int>(dims.size()); }
+  int ndim() const { return static_cast<int>(dims.size()); }
+  int rank() const { return ndim(); }  // old name of ndim()
   // The axes of dimension d, or none when d is past the written dimensions (padding).
   const Axes& axes(int d) const;
   // The spec padded with unsplit dimensions to `rank` dimensions; throws SpecError if longer.
@@ -78,7 +79,8 @@ struct DimSpec {
 
 struct ShapeString {
   std::vector<DimSpec> dims;
-  int rank() const { return static_cast<int>(dims.size()); }
+  int ndim() const { return static_cast<int>(dims.size()); }
+  int rank() const { return ndim(); }  // old name of ndim()
   Spec spec() const;
   // The logical names of the dimensions (empty for integer dimensions).
   std::vector<std::string> names() const;

@@ -38,7 +38,8 @@ class Tensor {
 
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }
-  int rank() const { return static_cast<int>(shape_.size()); }
+  int ndim() const { return static_cast<int>(shape_.size()); }
+  int rank() const { return ndim(); }  // old name of ndim()
   std::int64_t numel() const { return numel_; }
   std::size_t nbytes() const { return static_cast<std::size_t>(numel_) * dtype_size(dtype_); }
 

@@ -46,7 +46,8 @@ class ShardedTensor {
   const Tensor& local() const { return local_; }
   Tensor& local() { return local_; }
   DType dtype() const { return local_.dtype(); }
-  int rank() const { return static_cast<int>(global_shape_.size()); }
+  int ndim() const { return static_cast<int>(global_shape_.size()); }
+  int rank() const { return ndim(); }  // old name of ndim()
   const std::string& name() const { return name_; }
   void set_name(std::string name) { name_ = std::move(name); }
   // Offsets of this rank's block in the global tensor.

@@ -29,7 +29,8 @@ class Var {
   const Shape& shape() const { return value().global_shape(); }
   const Mesh& mesh() const { return value().mesh(); }
   DType dtype() const { return value().dtype(); }
-  int rank() const { return value().rank(); }
+  int ndim() const { return value().ndim(); }
+  int rank() const { return ndim(); }  // old name of ndim()
   bool requires_grad() const;
   bool defined() const { return node_ != nullptr; }
   const std::shared_ptr<Node>& node() const { return node_; }
