@@ -23,6 +23,15 @@ int main(int argc, char** argv) {
   app.add_option("--shape", shape, "global shape")->capture_default_str();
   app.add_option("--seed", seed, "RNG seed")->capture_default_str();
   return tessera::apps::parse_and_run("demo_mesh", app, argc, argv, [&](int rank) {
+    // Every rank gathers the whole tensor (to_global): extents >= 0, at most 2^28 elements (1 GiB).
+    for (auto d : shape) {
+      if (d < 0) throw tessera::UsageError("--shape " + tessera::shape_to_string(shape) + " has a negative extent");
+    }
+    const std::int64_t elements = tessera::numel(shape);
+    if (elements > (std::int64_t{1} << 28)) {
+      throw tessera::UsageError("--shape " + tessera::shape_to_string(shape) + " has " + std::to_string(elements) +
+                                " elements; demo_mesh gathers the tensor on every rank, at most 268435456");
+    }
     tessera::Mesh mesh = tessera::Mesh::world(tessera::MeshShape::parse(mesh_text));
     tessera::Spec spec = tessera::parse_spec(spec_text);
     const tessera::RngKey key = tessera::rng_key(seed, "demo/W1");
