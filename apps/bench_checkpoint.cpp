@@ -202,6 +202,13 @@ int main(int argc, char** argv) {
   app.add_option("--large-depth", large_depth, "depth of the large state (3 x 2 x layers x depth^2 x 4 bytes)")
       ->capture_default_str();
   return tessera::apps::parse_and_run("bench_checkpoint", app, argc, argv, [&](int) {
+    // The large state holds 3 x 2 x layers x depth^2 floats: bounds that keep the count in range.
+    if (large_layers < 1 || large_layers > 1024) {
+      throw tessera::UsageError("--large-layers must be between 1 and 1024, got " + std::to_string(large_layers));
+    }
+    if (large_depth < 1 || large_depth > 65536) {
+      throw tessera::UsageError("--large-depth must be between 1 and 65536, got " + std::to_string(large_depth));
+    }
     tessera::Mesh mesh = tessera::Mesh::world(tessera::MeshShape::parse(mesh_text));
     if (which != "large") bench_state(mesh, "mlp", 4, 1024, dir, repeats);
     if (which != "mlp") bench_state(mesh, "large", large_layers, large_depth, dir, repeats);

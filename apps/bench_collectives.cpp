@@ -74,6 +74,14 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   return apps::parse_and_run("bench_collectives", app, argc, argv, [&](int world_rank) {
     if (pack != "datatype" && pack != "memcpy") throw UsageError("--pack must be datatype or memcpy, got " + pack);
+    // Sizes grow by 4 from --min: 0 would never grow. Raw MPI takes int counts of floats, so
+    // --max stops at 4 GiB (2^30 floats), which also keeps size * 4 from overflowing.
+    if (min_bytes < 1) throw UsageError("--min must be >= 1, got " + std::to_string(min_bytes));
+    if (max_bytes < min_bytes || max_bytes > (std::int64_t{1} << 32)) {
+      throw UsageError("--max must be between --min (" + std::to_string(min_bytes) + ") and 4294967296, got " +
+                       std::to_string(max_bytes));
+    }
+    if (warmup < 0) throw UsageError("--warmup must be >= 0, got " + std::to_string(warmup));
     detail::set_pack_method(pack == "memcpy" ? detail::PackMethod::memcpy : detail::PackMethod::datatype);
     Mesh mesh = Mesh::world(MeshShape({"x"}, {world}));
     const Axes axes = {"x"};

@@ -103,11 +103,19 @@ struct Options {
   int warmup = 3;
   std::uint64_t seed = 0;
   double measure_seconds = 0.5;
-  std::size_t copy_mib = 64;
+  std::int64_t copy_mib = 64;
 };
 
 int run(const Options& o, int world_rank, int world_size) {
   const bool root = world_rank == 0;
+  if (o.batch < 1 || o.depth < 1 || o.layers < 1) throw UsageError("--batch, --depth and --layers must be >= 1");
+  // The copy measurement indexes its buffer modulo its size and runs for --measure-seconds.
+  if (o.copy_mib < 1 || o.copy_mib > 65536) {
+    throw UsageError("--copy-mib must be between 1 and 65536, got " + std::to_string(o.copy_mib));
+  }
+  if (!(o.measure_seconds > 0 && o.measure_seconds <= 3600)) {
+    throw UsageError("--measure-seconds must be > 0 and <= 3600, got " + std::to_string(o.measure_seconds));
+  }
   const MeshShape mesh_shape = MeshShape::parse(o.mesh.empty() ? default_mesh(world_size) : o.mesh);
   if (o.steps < 1 || o.warmup < 0) throw UsageError("--steps must be >= 1 and --warmup >= 0");
   const Rules rules = nn::tutorial_rules();
@@ -152,7 +160,7 @@ int run(const Options& o, int world_rank, int world_size) {
   // The GEMM of the step's forward matmul on one rank: [B/data, d] x [d, d/model].
   const std::int64_t m = o.batch / data_size, k = o.depth, n = o.depth / model_size;
   const double gemm_rate = measure_gemm_rate(m, n, k, o.measure_seconds);
-  const double copy_bw = measure_copy_bandwidth(o.copy_mib << 20, o.measure_seconds);
+  const double copy_bw = measure_copy_bandwidth(static_cast<std::size_t>(o.copy_mib) << 20, o.measure_seconds);
   const double floor_ms = 1e3 * (flops_per_rank / gemm_rate + bytes_per_rank / copy_bw);
   const double med = median(ms);
 
@@ -160,7 +168,8 @@ int run(const Options& o, int world_rank, int world_size) {
     std::printf("{\"bench\":\"gemm\",\"ranks\":%d,\"m\":%lld,\"n\":%lld,\"k\":%lld,\"gflops_per_rank\":%.3f}\n",
                 world_size, static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k),
                 gemm_rate / 1e9);
-    std::printf("{\"bench\":\"copy\",\"ranks\":%d,\"mib\":%zu,\"gb_per_s_per_rank\":%.3f}\n", world_size, o.copy_mib,
+    std::printf("{\"bench\":\"copy\",\"ranks\":%d,\"mib\":%lld,\"gb_per_s_per_rank\":%.3f}\n", world_size,
+                static_cast<long long>(o.copy_mib),
                 copy_bw / 1e9);
     std::printf(
         "{\"bench\":\"train_step\",\"mesh\":\"%s\",\"ranks\":%d,\"batch\":%lld,\"layers\":%d,\"depth\":%lld,"

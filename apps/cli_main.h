@@ -1,18 +1,69 @@
-// The shared ending of tessera's programs. Bad input is a replicated fact (or one the io layer
-// agrees on), so every rank raises it identically: rank 0 prints one message, every rank exits
-// with code 2, nobody hangs. Anything else may be one rank's alone, so it ends the whole job.
+// The shared ending of tessera's programs, and the error discipline of the apps.
+//
+// Bad input is a replicated fact: flags, specs, rules and shapes are checked on every rank before
+// any collective, and the io layer agrees on file problems with one collective, so such an error
+// is raised by every rank. But an error may also be raised by some ranks only (an allocation, an
+// MPI call, a bug) while the others sit in a collective; returning 2 on the failing ranks alone
+// would leave the others hung. So when `run` throws a tessera::Error, the ranks agree before
+// exiting:
+//   - every failing rank enters an MPI_Ibarrier on a communicator of its own (a duplicate of
+//     MPI_COMM_WORLD made before `run`, so it cannot match a collective `run` was inside) and
+//     polls it for up to kAgreeSeconds;
+//   - if it completes, every rank failed: rank 0 prints its message once ("program: message")
+//     and every rank returns 2;
+//   - if not, some rank is elsewhere (in a collective, or still running): the rank prints
+//     "program: rank R: message" and calls MPI_Abort(MPI_COMM_WORLD, 2), so the job ends within
+//     seconds with exit code 2 and the message.
+// A rank that returns normally never waits on the barrier; a failing rank then aborts the job.
+// Any other exception (std::bad_alloc, ...) is one rank's: it prints and aborts with code 1.
+// A hidden debug hook, TESSERA_FAULT=throw_on_rank:R, makes rank R raise an Error at the start
+// of `run` while the others go on (tests of this path).
 #pragma once
 
 #include <CLI/CLI.hpp>
 #include <mpi.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <exception>
 #include <iostream>
+#include <string>
+#include <thread>
 
 #include "core/error.h"
 #include "core/version.h"
 
 namespace tessera::apps {
+
+// How long a failing rank waits for the others to fail too. Replicated checks fail on every rank
+// within milliseconds of each other; the margin covers oversubscribed ranks (8 on 2 cores).
+inline constexpr double kAgreeSeconds = 3.0;
+
+// The rank TESSERA_FAULT=throw_on_rank:R names, or -1.
+inline int fault_rank() {
+  const char* fault = std::getenv("TESSERA_FAULT");
+  const std::string prefix = "throw_on_rank:";
+  if (fault == nullptr || std::string(fault).rfind(prefix, 0) != 0) return -1;
+  try {
+    return std::stoi(std::string(fault).substr(prefix.size()));
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+// True when every rank of `comm` enters this within kAgreeSeconds.
+inline bool all_ranks_failed(MPI_Comm comm) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  if (MPI_Ibarrier(comm, &request) != MPI_SUCCESS) return false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(kAgreeSeconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int done = 0;
+    if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
+    if (done) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;  // the request stays pending; MPI_Abort follows
+}
 
 // Parses the command line into `app`'s options, then returns run(rank), or the exit code of the
 // error it raised (--help, --version: 0; CLI11 parse errors and tessera::Error: 2).
@@ -24,16 +75,31 @@ int parse_and_run(const char* program, CLI::App& app, int argc, char** argv, Run
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    // The command line is the same on every rank: every rank gets here.
     if (rank == 0) app.exit(e);
     return e.get_exit_code() == 0 ? 0 : 2;
   }
+  MPI_Comm agree = MPI_COMM_NULL;
+  if (MPI_Comm_dup(MPI_COMM_WORLD, &agree) != MPI_SUCCESS) {
+    std::cerr << program << ": rank " << rank << ": MPI_Comm_dup failed\n";
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
   try {
-    return run(rank);
+    if (fault_rank() == rank) throw Error("TESSERA_FAULT: error raised on rank " + std::to_string(rank) + " only");
+    const int rc = run(rank);
+    MPI_Comm_free(&agree);
+    return rc;
   } catch (const Error& e) {
-    if (rank == 0) std::cerr << program << ": " << e.what() << '\n';
+    if (all_ranks_failed(agree)) {
+      if (rank == 0) std::cerr << program << ": " << e.what() << '\n';
+      MPI_Comm_free(&agree);
+      return 2;
+    }
+    std::cerr << program << ": rank " << rank << ": " << e.what() << std::endl;
+    MPI_Abort(MPI_COMM_WORLD, 2);
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << program << " (rank " << rank << "): " << e.what() << '\n';
+    std::cerr << program << " (rank " << rank << "): " << e.what() << std::endl;
     MPI_Abort(MPI_COMM_WORLD, 1);
     return 1;
   }

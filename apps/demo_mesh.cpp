@@ -29,11 +29,14 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "RNG seed")->capture_default_str();
   return tessera::apps::parse_and_run("demo_mesh", app, argc, argv, [&](int rank) {
     // Every check before the mesh is made: replicated input fails on every rank alike.
-    for (std::size_t d = 0; d < shape.size(); ++d) {
-      if (shape[d] < 0) {
-        throw tessera::UsageError("--shape: dimension " + std::to_string(d) + " is " + std::to_string(shape[d]) +
-                                  " (must be >= 0)");
-      }
+    // Every rank gathers the whole tensor (to_global): extents >= 0, at most 2^28 elements (1 GiB).
+    for (auto d : shape) {
+      if (d < 0) throw tessera::UsageError("--shape " + tessera::shape_to_string(shape) + " has a negative extent");
+    }
+    const std::int64_t elements = tessera::numel(shape);
+    if (elements > (std::int64_t{1} << 28)) {
+      throw tessera::UsageError("--shape " + tessera::shape_to_string(shape) + " has " + std::to_string(elements) +
+                                " elements; demo_mesh gathers the tensor on every rank, at most 268435456");
     }
     const tessera::MeshShape mesh_shape = tessera::MeshShape::parse(mesh_text);
     tessera::Spec spec;

@@ -1,6 +1,9 @@
 // train_mlp: the Flax sharding tutorial end to end, SPMD over MPI. Every rank runs this same
 // program on its own blocks; rank 0 prints. Bad input ends with one message and exit code 2.
 //   scripts/mpirun/local.sh 8 build/apps/train_mlp --mesh data=2,model=4 --steps 200
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -12,6 +15,7 @@
 #include "io/train_state_io.h"
 #include "core/error.h"
 #include "mesh/environment.h"
+#include "mesh/mpi_check.h"
 #include "mesh/mesh.h"
 #include "nn/layers.h"
 #include "nn/ops.h"
@@ -81,6 +85,7 @@ std::string parameter_table(const nn::ParamInfos& infos, const MeshShape& mesh) 
 }
 
 // The picture of a parameter whose path ends with `suffix` (layer 0 of a stack for --scan).
+// Collective (take_layer re-shards the stack's layer 0): every rank calls it, rank 0 prints it.
 std::string first_picture(const nn::ParamTree& params, const std::string& suffix) {
   for (const auto& [path, value] : params) {
     if (path.size() < suffix.size() || path.compare(path.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
@@ -97,6 +102,9 @@ std::string first_picture(const nn::ParamTree& params, const std::string& suffix
 // Flags that are wrong whatever the mesh.
 void validate_flags(const Options& o) {
   if (o.batch < 1 || o.depth < 1 || o.layers < 1) throw UsageError("--batch, --depth and --layers must be >= 1");
+  // Each layer is a named parameter pair built before the memory estimate: a bound keeps that
+  // step from running for minutes on an absurd count.
+  if (o.layers > 10000) throw UsageError("--layers must be <= 10000, got " + std::to_string(o.layers));
   if (o.steps < 0) throw UsageError("--steps must be >= 0");
   if (o.microbatches < 1) throw UsageError("--microbatches must be >= 1");
   if (o.keep < 1) throw UsageError("--keep must be >= 1");
@@ -116,6 +124,68 @@ void validate_setup(const Options& o, const nn::ParamInfos& infos, const MeshSha
   if ((o.resume || o.save_every > 0) && o.ckpt_dir.empty()) throw UsageError("--resume and --save-every need --ckpt-dir");
 }
 
+// Memory estimate (bytes per rank), from each rank's local shapes, in double so that absurd sizes
+// give a figure instead of an overflow (the estimate runs before anything is allocated):
+//   parameters, gradients and Adam's two moments: 4 x the local parameter bytes;
+//   activations kept for the backward pass: per layer x, x@W1, relu(x@W1) and their product
+//     with W2, each at most a local batch block of depth columns: 4 x layers x rows x depth;
+//   buffers: the batch (input and targets, 2 blocks), one gathered parameter (the picture of
+//     layer 0, the inference output) and the collectives' staging copy of the largest block.
+// It is a lower bound of the peak (the allocator, MPI and HDF5 add their own), so a refusal is
+// certain not to fit; a run just under it may still fail.
+double estimate_bytes_per_rank(const Options& o, const nn::ParamInfos& infos, const MeshShape& mesh, const Spec& x_spec) {
+  const auto local_numel = [](const Shape& s) {
+    double n = 1;
+    for (auto d : s) n *= static_cast<double>(d);
+    return n;
+  };
+  double params = 0, largest_global = 0, largest_local = 0;
+  for (const auto& info : infos) {
+    const double bytes = static_cast<double>(dtype_size(info.dtype));
+    const double local = local_numel(local_shape(info.spec, mesh, info.shape)) * bytes;
+    params += local;
+    largest_local = std::max(largest_local, local);
+    // A stack's picture gathers one layer only.
+    const double global = local_numel(info.shape) * bytes;
+    largest_global = std::max(largest_global, info.shape.size() == 3 ? global / info.shape[0] : global);
+  }
+  const double rows = static_cast<double>(o.batch) / shard_count(x_spec.padded(2), mesh, 0);
+  const double block = rows * static_cast<double>(o.depth) * 4.0;  // f32 activations
+  return 4 * params + 4.0 * o.layers * block + 2 * block + largest_global + largest_local;
+}
+
+// This rank's share of the node's physical memory: the node's memory over the ranks on it. A
+// per-node fact that may differ between nodes, so the ranks agree on the smallest share.
+double memory_per_rank_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  MPI_Comm node = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
+            "MPI_Comm_split_type (ranks on this node)");
+  int on_node = 1;
+  const int size_rc = MPI_Comm_size(node, &on_node);
+  const int free_rc = MPI_Comm_free(&node);
+  check_mpi(size_rc, "MPI_Comm_size (ranks on this node)");
+  check_mpi(free_rc, "MPI_Comm_free (ranks on this node)");
+  // sysconf fails with -1: count it as no limit known rather than as no memory.
+  double share = pages > 0 && page_size > 0 ? static_cast<double>(pages) * page_size / on_node : 1e300;
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, &share, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD),
+            "MPI_Allreduce (memory per rank)");
+  return share;
+}
+
+// Refuses, before anything is allocated, a model whose estimate exceeds this rank's share.
+void check_memory(const Options& o, const nn::ParamInfos& infos, const MeshShape& mesh, const Spec& x_spec) {
+  const double need = estimate_bytes_per_rank(o, infos, mesh, x_spec);
+  const double have = memory_per_rank_bytes();
+  if (need > have) {
+    constexpr double gib = 1024.0 * 1024.0 * 1024.0;
+    char text[256];
+    std::snprintf(text, sizeof text, "needs %.1f GiB per rank, this machine has %.1f GiB", need / gib, have / gib);
+    throw UsageError(text);
+  }
+}
+
 int run(const Options& o, int world_rank) {
   const bool root = world_rank == 0;
   validate_flags(o);
@@ -131,6 +201,7 @@ int run(const Options& o, int world_rank) {
                                o.seed, o.logical, o.examples};
   const Spec x_spec = apps::activation_spec(mesh_shape, rules, o.logical);
   validate_setup(o, infos, mesh_shape, x_spec);
+  check_memory(o, infos, mesh_shape, x_spec);
 
   std::optional<std::string> resume_file;
   if (o.resume) {
@@ -153,7 +224,8 @@ int run(const Options& o, int world_rank) {
     state = restore_train_state(*resume_file, state);
     if (root) std::cout << "resumed from " << *resume_file << " at step " << state.step << "\n\n";
   }
-  if (root) std::cout << first_picture(state.params, "Dense_0/kernel") << first_picture(state.params, "W2") << '\n';
+  const std::string pictures = first_picture(state.params, "Dense_0/kernel") + first_picture(state.params, "W2");
+  if (root) std::cout << pictures << '\n';
 
   const nn::ApplyContext ctx{rules};
   const nn::LossFn loss_fn = [&](const nn::VarTree& params, const nn::Batch& batch) {

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <sstream>
 
+#include "core/checked.h"
 #include "core/error.h"
 
 namespace tessera {
@@ -46,7 +47,7 @@ MeshShape::MeshShape(std::vector<std::string> names, std::vector<int> sizes)
 
 int MeshShape::size() const {
   int n = 1;
-  for (int s : sizes_) n *= s;
+  for (int s : sizes_) n = checked_mul(n, s, "mesh size");
   return n;
 }
 
@@ -64,7 +65,7 @@ int MeshShape::axis_index(std::string_view name) const {
 
 int MeshShape::axes_size(const std::vector<std::string>& axes) const {
   int n = 1;
-  for (const auto& a : axes) n *= axis_size(a);
+  for (const auto& a : axes) n = checked_mul(n, axis_size(a), "mesh axes size");
   return n;
 }
 

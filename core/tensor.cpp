@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/buffer_pool.h"
+#include "core/checked.h"
 
 namespace tessera {
 
@@ -42,7 +43,7 @@ DType parse_dtype(std::string_view name) {
 
 std::int64_t numel(const Shape& shape) {
   std::int64_t n = 1;
-  for (auto d : shape) n *= d;
+  for (auto d : shape) n = checked_mul<std::int64_t>(n, d, "element count");
   return n;
 }
 
@@ -78,6 +79,7 @@ Tensor::Tensor(Shape shape, DType dtype) : dtype_(dtype), shape_(std::move(shape
     if (d < 0) throw ShapeError("Tensor: negative extent in shape " + shape_to_string(shape_));
   }
   numel_ = tessera::numel(shape_);
+  checked_mul<std::int64_t>(numel_, static_cast<std::int64_t>(dtype_size(dtype_)), "byte size of a tensor");
   data_ = allocate(nbytes());
 }
 
@@ -88,6 +90,7 @@ Tensor Tensor::empty(Shape shape, DType dtype) {
   }
   t.dtype_ = dtype;
   t.numel_ = tessera::numel(shape);
+  checked_mul<std::int64_t>(t.numel_, static_cast<std::int64_t>(dtype_size(dtype)), "byte size of a tensor");
   t.shape_ = std::move(shape);
   t.data_ = allocate(t.nbytes(), /*zero=*/false);
   return t;

@@ -2,9 +2,11 @@
 #include "mesh/sharded_tensor.h"
 
 #include <algorithm>
+#include <climits>
 #include <map>
 #include <sstream>
 
+#include "core/checked.h"
 #include "core/error.h"
 #include "mesh/mpi_check.h"
 
@@ -56,10 +58,25 @@ Tensor ShardedTensor::to_global() const {
   const MeshShape& shape = mesh_.shape();
   const int n = mesh_.size();
   const std::size_t block_bytes = local_.nbytes();
-  std::vector<std::byte> all(block_bytes * n);
-  check_mpi(MPI_Allgather(local_.raw(), static_cast<int>(block_bytes), MPI_BYTE, all.data(),
-                          static_cast<int>(block_bytes), MPI_BYTE, mesh_.comm().handle()),
-            "MPI_Allgather (to_global)");
+  std::vector<std::byte> all(checked_mul<std::size_t>(block_bytes, static_cast<std::size_t>(n), "to_global bytes"));
+  // MPI counts are int: a block over 2^31 - 1 bytes goes as whole elements of a contiguous type
+  // (the smallest divisor of its size that brings the count under the limit).
+  std::int64_t unit = 1;
+  const auto bytes = static_cast<std::int64_t>(block_bytes);
+  if (bytes > INT_MAX) {
+    unit = (bytes + INT_MAX - 1) / INT_MAX;
+    while (bytes % unit != 0) ++unit;  // ends at the latest at bytes itself
+  }
+  MPI_Datatype type = MPI_BYTE;
+  if (unit > 1) {
+    if (unit > INT_MAX) throw MpiError("to_global: a block of " + std::to_string(bytes) + " bytes has no int count");
+    check_mpi(MPI_Type_contiguous(static_cast<int>(unit), MPI_BYTE, &type), "MPI_Type_contiguous (to_global)");
+    check_mpi(MPI_Type_commit(&type), "MPI_Type_commit (to_global)");
+  }
+  const int count = static_cast<int>(bytes / unit);
+  const int rc = MPI_Allgather(local_.raw(), count, type, all.data(), count, type, mesh_.comm().handle());
+  if (unit > 1) MPI_Type_free(&type);
+  check_mpi(rc, "MPI_Allgather (to_global)");
   Tensor global(global_shape_, dtype());
   Tensor block(local_.shape(), dtype());
   for (int r = 0; r < n; ++r) {

@@ -106,7 +106,7 @@ expect spec.more_dimensions_than_tensor 2 "has 3 dimensions but the tensor has s
   mpi "$dm" "${dmesh[@]}" --spec 'P(None, None, model)'
 expect spec.bad_partial_clause 2 "spec 'P\\(data; partly=model\\)'" mpi "$dm" "${dmesh[@]}" --spec 'P(data; partly=model)'
 expect spec.neither_jax_nor_shape_string 2 "shape string 'Q\\(data\\)': expected a space, '/' or the end, found '\\(' at column 2" mpi "$dm" "${dmesh[@]}" --spec 'Q(data)'
-expect shape.negative 2 "demo_mesh: --shape: dimension 0 is -3" mpi "$dm" --mesh "$mesh" --shape -3,4
+expect shape.negative 2 "demo_mesh: --shape \[-3, 4\] has a negative extent" mpi "$dm" --mesh "$mesh" --shape -3,4
 expect shape_string.empty_axis 2 "shape string 'rows/data cols/'" mpi "$dm" "${dmesh[@]}" --spec 'rows/data cols/'
 expect shape_string.unknown_axis 2 "mesh axis 'tensor' of dimension rows is not in the mesh" mpi "$dm" "${dmesh[@]}" --spec 'rows/tensor cols'
 expect shape_string.size_disagrees 2 "\\(\"16/data 32\", global shape \\[16, 64\\] on mesh data: 1, model: $ranks\\): dimension 1: expected 32, got 64" mpi "$dm" "${dmesh[@]}" --spec '16/data 32'
