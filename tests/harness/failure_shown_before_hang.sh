@@ -12,7 +12,8 @@ if [ "$rc" -ne 124 ]; then
   echo "FAIL: exit code $rc, expected 124 (the helper must hang until the timeout)" >&2
   exit 1
 fi
-if ! grep -qE '^\[rank 1\] .*fail_then_hang\.cpp:[0-9]+: .*rank 1 fails on purpose' <<<"$out"; then
+# gtest's summary spans lines: the prefixed first line, then the user message.
+if ! grep -qE '^\[rank 1\] .*fail_then_hang\.cpp:[0-9]+: ' <<<"$out" || ! grep -q 'rank 1 fails on purpose' <<<"$out"; then
   echo "FAIL: rank 1's failure message was not printed before the timeout" >&2
   exit 1
 fi
