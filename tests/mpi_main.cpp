@@ -1,6 +1,9 @@
-// GoogleTest main for MPI suites. Every rank runs every test; after each test the ranks'
-// failure messages are gathered on rank 0, which prints them with the rank that raised them,
-// so a failure on ANY rank fails the test and the process (exit code 1 on every rank).
+// GoogleTest main for MPI suites. Every rank runs every test. A failing rank prints each failure
+// to stderr at once as "[rank R] file:line: message": a failure on one rank is often followed by
+// a hang (the other ranks wait in a collective it skips), and then nothing printed after the test
+// would ever be seen. After each test the ranks' failure messages are also gathered on rank 0,
+// which prints them with the rank that raised them, so a failure on ANY rank fails the test and
+// the process (exit code 1 on every rank).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -21,6 +24,12 @@ class RankFailureListener : public testing::EmptyTestEventListener {
       out << (result.file_name() ? result.file_name() : "?") << ':' << result.line_number() << ": "
           << result.summary() << '\n';
       messages_ += out.str();
+      int rank = 0;
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      // One write per message so that lines of different ranks do not interleave.
+      std::string line = "[rank " + std::to_string(rank) + "] " + out.str();
+      std::fwrite(line.data(), 1, line.size(), stderr);
+      std::fflush(stderr);
     }
   }
 
