@@ -10,6 +10,7 @@ packages=(
   libhdf5-openmpi-dev hdf5-tools
   googletest libgtest-dev libgmock-dev
   libcli11-dev
+  clang libclang-rt-14-dev
 )
 
 missing=()
