@@ -362,10 +362,10 @@ std::vector<hsize_t> validated_storage(hid_t dataset, const Shape& shape, DType 
     }
     return bytes;
   };
-  if (layout != H5D_CHUNKED) {
-    bounded_bytes(std::vector<std::uint64_t>(shape.begin(), shape.end()), "shape");
-    return {};
-  }
+  // Every element of a tessera dataset is stored (save writes every chunk), so its bytes fit in
+  // the file; this also bounds the chunks a reader walks through.
+  bounded_bytes(std::vector<std::uint64_t>(shape.begin(), shape.end()), "shape");
+  if (layout != H5D_CHUNKED) return {};
   const int rank = H5Pget_chunk(create.get(), 0, nullptr);
   check_h5(rank, "H5Pget_chunk", context);
   if (rank != static_cast<int>(shape.size())) {

@@ -87,9 +87,9 @@ std::int64_t read_step(hid_t file, std::string_view context);
 // The mesh attributes: as many sizes as names, every size in 1..INT_MAX, names non-empty.
 void validate_mesh_axes(const std::vector<std::string>& names, const std::vector<std::int64_t>& sizes,
                         std::string_view context);
-// A dataset's storage: no external files, no virtual layout; a chunked dataset's chunk has the
-// dataset's rank, every size >= 1 and at most `file_bytes` (and max_chunk_bytes) bytes; an
-// unchunked one holds at most `file_bytes` bytes. Returns the chunk shape (empty when not
+// A dataset's storage: no external files, no virtual layout; the whole dataset holds at most
+// `file_bytes` bytes (every element of a saved dataset is stored); a chunked dataset's chunk has
+// the dataset's rank, every size >= 1 and at most `file_bytes` (and max_chunk_bytes) bytes. Returns the chunk shape (empty when not
 // chunked). `file_bytes` bounds every buffer a reader allocates for the dataset.
 std::vector<hsize_t> validated_storage(hid_t dataset, const Shape& shape, DType dtype, std::uint64_t file_bytes,
                                        std::string_view context);

@@ -105,11 +105,14 @@ std::string info_error(const std::string& file) {
 
 // Adds dataset `path` with the dataset attributes a reader needs (spec, logical names, dtype),
 // the creation properties `create` and file type `type`, writing no data.
+// `unlimited`: every dimension may grow (so that a chunk may be larger than the dataset).
 void add_dataset(hid_t root, const std::string& path, const std::vector<hsize_t>& dims, hid_t create,
-                 hid_t type = H5T_IEEE_F32LE, const std::string& dtype = "f32") {
+                 hid_t type = H5T_IEEE_F32LE, const std::string& dtype = "f32", bool unlimited = false) {
   const std::string context = "test dataset " + path;
-  H5Handle space = dataspace_handle(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
-                                    "H5Screate_simple", context);
+  const std::vector<hsize_t> max_dims(dims.size(), H5S_UNLIMITED);
+  H5Handle space = dataspace_handle(
+      H5Screate_simple(static_cast<int>(dims.size()), dims.data(), unlimited ? max_dims.data() : nullptr),
+      "H5Screate_simple", context);
   H5Handle dataset = dataset_handle(
       H5Dcreate2(root, path.c_str(), type, space.get(), H5P_DEFAULT, create, H5P_DEFAULT), "H5Dcreate2", context);
   format::write_string_attribute(dataset.get(), format::attr_spec, "P()", context);
@@ -211,17 +214,32 @@ TEST(CheckpointBadFiles, ExternalStorage) {
   EXPECT_EQ(restore_error(file, target), from_rank(0) + "restore_checkpoint: " + message);
 }
 
-// A chunk of 1 GiB in a file of a few KiB: refused before verify allocates a buffer for it.
+// A chunk of 1 GiB (in a dataset of 16 elements) in a file of a few KiB: refused before verify
+// allocates a buffer for it.
 TEST(CheckpointBadFiles, ChunkLargerThanTheFile) {
   TempDir dir("huge_chunk");
   const std::string file = saved_then_edited(dir, [](hid_t root) {
     H5Handle create = dataset_creation();
     const hsize_t chunk[2] = {16384, 16384};
     check_h5(H5Pset_chunk(create.get(), 2, chunk), "H5Pset_chunk", "test");
-    add_dataset(root, "/params/huge", {16384, 16384}, create.get());
+    add_dataset(root, "/params/huge", {4, 4}, create.get(), H5T_IEEE_F32LE, "f32", true);
   });
   EXPECT_EQ(info_error(file), "file '" + file + "', dataset '/params/huge': chunk [16384, 16384] holds more bytes " +
                                   "than the file's " + file_bytes(file));
+}
+
+// A chunked dataset of 4 TiB in chunks of 4 bytes (never written): refused before verify walks
+// through its 2^40 chunks.
+TEST(CheckpointBadFiles, ChunkedDatasetLargerThanTheFile) {
+  TempDir dir("huge_chunked");
+  const std::string file = saved_then_edited(dir, [](hid_t root) {
+    H5Handle create = dataset_creation();
+    const hsize_t chunk[1] = {1};
+    check_h5(H5Pset_chunk(create.get(), 1, chunk), "H5Pset_chunk", "test");
+    add_dataset(root, "/params/sparse", {hsize_t{1} << 40}, create.get());
+  });
+  EXPECT_EQ(info_error(file), "file '" + file + "', dataset '/params/sparse': shape [1099511627776] holds more " +
+                                  "bytes than the file's " + file_bytes(file));
 }
 
 // An unchunked dataset of 4 TiB (never written): refused before verify reads it whole.
