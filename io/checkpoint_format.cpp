@@ -384,6 +384,20 @@ std::vector<hsize_t> validated_storage(hid_t dataset, const Shape& shape, DType 
   // HDF5 allocates a filtered chunk's buffer from the stored size in the chunk index before it
   // reads it: a corrupt size (2.5 GiB in a 22 KiB file, found by the checkpoint fuzz target)
   // must be refused first. The number of chunks is bounded by the shape check above.
+  // HDF5's Fletcher32 filter reads the 4 checksum bytes at the chunk's end without checking
+  // that the chunk has them (a SEGV on a chunk stored with fewer; found by the checkpoint fuzz
+  // target). A chunk stored as tessera stores it (Fletcher32 the only filter, applied) holds
+  // exactly its bytes and the checksum.
+  const int filters = H5Pget_nfilters(create.get());
+  check_h5(filters, "H5Pget_nfilters", context);
+  bool fletcher32 = false;
+  for (int f = 0; f < filters; ++f) {
+    unsigned flags = 0, config = 0;
+    std::size_t values = 0;
+    fletcher32 = fletcher32 || H5Pget_filter2(create.get(), static_cast<unsigned>(f), &flags, &values, nullptr, 0,
+                                              nullptr, &config) == H5Z_FILTER_FLETCHER32;
+  }
+  const bool tessera_chunks = filters == 1 && fletcher32;
   // HDF5 1.10 refuses H5S_ALL here: the dataset's own dataspace selects every chunk.
   H5Handle space = dataspace_handle(H5Dget_space(dataset), "H5Dget_space", context);
   hsize_t chunks = 0;
@@ -401,6 +415,13 @@ std::vector<hsize_t> validated_storage(hid_t dataset, const Shape& shape, DType 
       for (auto o : offset) at += (at.empty() ? "" : ", ") + std::to_string(o);
       throw IoError(where + ": chunk at [" + at + "] is stored with " + std::to_string(stored) + " bytes at offset " +
                     std::to_string(address) + ", past the file's " + std::to_string(file_bytes) + " bytes");
+    }
+    if ((tessera_chunks && (stored != bytes + 4 || mask != 0)) || (fletcher32 && stored < 4)) {
+      std::string at;
+      for (auto o : offset) at += (at.empty() ? "" : ", ") + std::to_string(o);
+      throw IoError(where + ": chunk at [" + at + "] is stored with " + std::to_string(stored) +
+                    " bytes and filter mask " + std::to_string(mask) + "; expected " + std::to_string(bytes + 4) +
+                    " bytes (data and Fletcher32 checksum) and mask 0");
     }
   }
   return chunk;
