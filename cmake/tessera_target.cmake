@@ -4,6 +4,13 @@ function(tessera_target_options target)
   if(TESSERA_NATIVE)
     target_compile_options(${target} PRIVATE -march=native)
   endif()
+  if(TESSERA_FUZZ)
+    # Coverage for libFuzzer and the sanitizers in every tessera library, so a fuzz target sees
+    # the code it drives; only the fuzz executables link libFuzzer's main (tests/fuzz).
+    target_compile_options(${target} PRIVATE -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
+                                             -g -fno-omit-frame-pointer)
+    target_link_options(${target} PUBLIC -fsanitize=address,undefined)
+  endif()
 endfunction()
 
 # tessera_library(name SOURCES ... DEPENDS ...): one library per layer folder, aliased tessera::name.

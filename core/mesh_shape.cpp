@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <climits>
+#include <cstdint>
 #include <sstream>
 
 #include "core/checked.h"
@@ -41,6 +43,14 @@ MeshShape::MeshShape(std::vector<std::string> names, std::vector<int> sizes)
     }
     for (std::size_t j = 0; j < i; ++j) {
       if (names_[j] == names_[i]) throw SpecError("mesh: axis name '" + names_[i] + "' appears twice");
+    }
+  }
+  // size() is an int (an MPI communicator's size); a product past it would wrap.
+  std::int64_t total = 1;
+  for (int s : sizes_) {
+    total *= s;
+    if (total > INT_MAX) {
+      throw SpecError("mesh: the axis sizes multiply to more than " + std::to_string(INT_MAX) + " ranks");
     }
   }
 }

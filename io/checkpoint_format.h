@@ -76,8 +76,25 @@ std::uint64_t read_uint64_attribute(hid_t object, const char* name, std::string_
 std::vector<std::string> read_string_array_attribute(hid_t object, const char* name, std::string_view context);
 std::vector<std::int64_t> read_int64_array_attribute(hid_t object, const char* name, std::string_view context);
 
-// The global shape of a dataset.
+// The global shape of a dataset (IoError for a null dataspace or a dimension past int64).
 Shape dataset_shape(hid_t dataset, std::string_view context);
+
+// Checks of what a reader takes from a file before it uses it (the file may be corrupt or
+// hostile). Each throws IoError("<context>: ...") naming the attribute or dataset.
+//
+// The root's step attribute, which must be >= 0.
+std::int64_t read_step(hid_t file, std::string_view context);
+// The mesh attributes: as many sizes as names, every size in 1..INT_MAX, names non-empty.
+void validate_mesh_axes(const std::vector<std::string>& names, const std::vector<std::int64_t>& sizes,
+                        std::string_view context);
+// A dataset's storage: no external files, no virtual layout; the whole dataset holds at most
+// `file_bytes` bytes (every element of a saved dataset is stored); a chunked dataset's chunk has
+// the dataset's rank, every size >= 1 and at most `file_bytes` (and max_chunk_bytes) bytes. Returns the chunk shape (empty when not
+// chunked). `file_bytes` bounds every buffer a reader allocates for the dataset.
+std::vector<hsize_t> validated_storage(hid_t dataset, const Shape& shape, DType dtype, std::uint64_t file_bytes,
+                                       std::string_view context);
+// Every link in the file is a hard link (a soft or external link would point a reader elsewhere).
+void reject_links(hid_t file, std::string_view context);
 
 // "file 'x.h5'" and "file 'x.h5', dataset '/params/W1'" for messages.
 std::string file_context(const std::string& file);

@@ -40,7 +40,8 @@ std::vector<std::string> dataset_paths(hid_t file, const std::string& context) {
   return paths;
 }
 
-CheckpointArrayInfo array_info(hid_t file, const std::string& path, const std::string& file_name) {
+CheckpointArrayInfo array_info(hid_t file, const std::string& path, const std::string& file_name,
+                               std::uint64_t file_bytes) {
   const std::string context = format::dataset_context(file_name, path);
   H5Handle dataset =
       dataset_handle(H5Dopen2(file, format::dataset_name(path).c_str(), H5P_DEFAULT), "H5Dopen2", context);
@@ -55,12 +56,13 @@ CheckpointArrayInfo array_info(hid_t file, const std::string& path, const std::s
   } catch (const Error&) {
     throw IoError(context + ": unknown dtype '" + dtype + "'");
   }
-  H5Handle create = plist_handle(H5Dget_create_plist(dataset.get()), "H5Dget_create_plist", context);
-  if (H5Pget_layout(create.get()) == H5D_CHUNKED) {
-    std::vector<hsize_t> chunk(info.shape.size());
-    check_h5(H5Pget_chunk(create.get(), static_cast<int>(chunk.size()), chunk.data()), "H5Pget_chunk", context);
-    info.chunk.assign(chunk.begin(), chunk.end());
+  H5Handle type = type_handle(H5Dget_type(dataset.get()), "H5Dget_type", context);
+  if (!format::type_matches(type.get(), info.dtype)) {
+    throw IoError(context + ": attribute 'dtype' says " + dtype + " but the data has another type");
   }
+  // Bounds every buffer verify_checkpoint allocates for this dataset by the file's length.
+  const std::vector<hsize_t> chunk = format::validated_storage(dataset.get(), info.shape, info.dtype, file_bytes, context);
+  info.chunk.assign(chunk.begin(), chunk.end());
   return info;
 }
 
@@ -116,15 +118,19 @@ CheckpointInfo read_checkpoint_info(const std::string& file) {
                   ", this build reads '" + std::string(format::format_name) + "' version " +
                   std::to_string(format::format_version));
   }
-  info.step = format::read_int64_attribute(handle.get(), format::attr_step, context);
+  format::reject_links(handle.get(), context);
+  info.step = format::read_step(handle.get(), context);
   info.seed = format::read_uint64_attribute(handle.get(), format::attr_seed, context);
   info.config = format::read_string_attribute(handle.get(), format::attr_config, context);
   info.mesh_axis_names = format::read_string_array_attribute(handle.get(), format::attr_mesh_names, context);
-  for (auto size : format::read_int64_array_attribute(handle.get(), format::attr_mesh_sizes, context)) {
-    info.mesh_axis_sizes.push_back(static_cast<int>(size));
-  }
+  const auto sizes = format::read_int64_array_attribute(handle.get(), format::attr_mesh_sizes, context);
+  format::validate_mesh_axes(info.mesh_axis_names, sizes, context);
+  info.mesh_axis_sizes.assign(sizes.begin(), sizes.end());
+  std::error_code ec;
+  const std::uint64_t file_bytes = std::filesystem::file_size(file, ec);
+  if (ec) throw IoError(context + ": cannot take its size: " + ec.message());
   for (const auto& path : dataset_paths(handle.get(), context))
-    info.arrays.push_back(array_info(handle.get(), path, file));
+    info.arrays.push_back(array_info(handle.get(), path, file, file_bytes));
   handle.close(context);
   return info;
 }

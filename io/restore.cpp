@@ -78,7 +78,8 @@ void read_root(hid_t file, const std::string& path, CheckpointState& out) {
     throw IoError(context + ": unknown format version " + std::to_string(version) + " (this build reads version " +
                   std::to_string(format::format_version) + ")");
   }
-  out.step = format::read_int64_attribute(file, format::attr_step, context);
+  format::reject_links(file, context);
+  out.step = format::read_step(file, context);
   out.seed = format::read_uint64_attribute(file, format::attr_seed, context);
   out.config = format::read_string_attribute(file, format::attr_config, context);
 }
@@ -120,6 +121,11 @@ H5Handle open_validated(hid_t file, const std::string& path, const CheckpointArr
     throw IoError(context + ": global shape is " + shape_to_string(shape) + " in the file, " +
                   shape_to_string(want.global_shape()) + " wanted");
   }
+  // Chunk rank and sizes, external storage: checked before read_array trusts them.
+  std::error_code ec;
+  const std::uint64_t file_bytes = std::filesystem::file_size(path, ec);
+  if (ec) throw IoError(context + ": cannot take the file's size: " + ec.message());
+  format::validated_storage(dataset.get(), shape, want.dtype(), file_bytes, context);
   return dataset;
 }
 

@@ -50,7 +50,13 @@ nn::TrainState from_checkpoint_state(const CheckpointState& restored, const nn::
   for (const auto& [path, p] : target.params) out.params.emplace(path, take("params/" + path));
   for (const auto& [path, m] : target.opt_state.mu) out.opt_state.mu.emplace(path, take("opt_state/mu/" + path));
   for (const auto& [path, v] : target.opt_state.nu) out.opt_state.nu.emplace(path, take("opt_state/nu/" + path));
+  // The count is replicated (every rank reads the same value), so every rank throws alike. A
+  // negative count would make Adam's bias correction divide by zero.
   out.opt_state.count = take("opt_state/count").local().data<std::int32_t>()[0];
+  if (out.opt_state.count < 0) {
+    throw IoError("train state checkpoint: dataset '/opt_state/count' holds " + std::to_string(out.opt_state.count) +
+                  "; an optimizer step count is >= 0");
+  }
   return out;
 }
 

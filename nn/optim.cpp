@@ -55,7 +55,11 @@ OptState Optimizer::init(const ParamTree& params) const {
 void Optimizer::update(ParamTree& params, const ParamTree& grads, OptState& state) const {
   state.count += 1;
   const double t = state.count;
-  for (auto& [path, p] : params) {
+  // Named references, not a structured binding: the dispatch lambda below captures them, which
+  // clang before 16 refuses for bindings (the fuzz build compiles with clang 14).
+  for (auto& entry : params) {
+    const std::string& path = entry.first;
+    ShardedTensor& p = entry.second;
     auto git = grads.find(path);
     if (git == grads.end()) throw Error("optimizer: no gradient for parameter '" + path + "'");
     const ShardedTensor& g = git->second;

@@ -54,6 +54,13 @@ ArgSignature parse_arg(std::string_view text, std::string_view part, bool need_n
   if (colon != std::string_view::npos) {
     arg.name = std::string(trim(part.substr(0, colon)));
     if (arg.name.empty()) fail(text, "an argument has an empty name in '" + std::string(part) + "'");
+    // An identifier, as in Python: a name with spaces, brackets or NULs would not print back to
+    // the same signature (found by the parse_signature fuzz target).
+    const bool identifier =
+        (std::isalpha(static_cast<unsigned char>(arg.name[0])) || arg.name[0] == '_') &&
+        std::all_of(arg.name.begin(), arg.name.end(),
+                    [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+    if (!identifier) fail(text, "argument name '" + arg.name + "' is not an identifier");
     rest = trim(part.substr(colon + 1));
   } else if (need_name) {
     fail(text, "argument '" + std::string(part) + "' has no name (write name: dtype[shape])");

@@ -11,6 +11,7 @@ packages=(
   googletest libgtest-dev libgmock-dev
   libcli11-dev
   python3-matplotlib
+  clang libclang-rt-14-dev
 )
 
 missing=()

@@ -2,6 +2,7 @@
 # The test command: setup if needed, configure, build, run every suite with ctest.
 # Then the AddressSanitizer + UBSan build (build-sanitize/, TESSERA_SANITIZE=ON, -O1) and its
 # suite at 1 and 2 ranks; TESSERA_TEST_SANITIZE=0 skips it for quick local runs (CI runs it).
+# Then the fuzz step (scripts/fuzz.sh, build-fuzz/); TESSERA_SKIP_FUZZ=1 leaves it out.
 # Arguments go to both ctest runs. Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,4 +20,10 @@ if [ "${TESSERA_TEST_SANITIZE:-1}" != 0 ]; then
     "${launcher[@]}" >/dev/null
   cmake --build build-sanitize -j "$(nproc)"
   ctest --test-dir build-sanitize --output-on-failure -j 2 "$@"
+fi
+
+# The fuzz step (its own clang build in build-fuzz/): replays tests/fuzz/corpus through every
+# libFuzzer target, then fuzzes each for FUZZ_SECONDS (25 s). TESSERA_SKIP_FUZZ=1 leaves it out.
+if [ "${TESSERA_SKIP_FUZZ:-0}" != 1 ]; then
+  bash scripts/fuzz.sh
 fi

@@ -8,6 +8,7 @@
 
 #include "io/checkpoint_format.h"
 #include "io/hdf5_handle.h"
+#include "io/train_state_io.h"
 #include "tests/io/io_test_support.h"
 
 namespace tessera {
@@ -74,6 +75,203 @@ std::uint64_t w1_chunk_address(const std::string& file, hsize_t column) {
   hsize_t size = 0;
   check_h5(H5Dget_chunk_info_by_coord(dataset.get(), offset, &filter_mask, &address, &size), "H5Dget_chunk_info", file);
   return address;
+}
+
+namespace format = checkpoint_format;
+
+// Opens `file` for writing (one process, no MPI-IO) and hands its root to `edit`.
+template <class Edit>
+void edit_file(const std::string& file, Edit&& edit) {
+  H5Handle handle = file_handle(H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), "H5Fopen", file);
+  edit(handle.get());
+  handle.close(file);
+}
+
+// Saves the reference state, lets rank 0 edit the file with the HDF5 API, then waits for it.
+template <class Edit>
+std::string saved_then_edited(const TempDir& dir, Edit&& edit) {
+  return saved_then_damaged(dir, [&](const std::string& f) { edit_file(f, edit); });
+}
+
+// read_checkpoint_info's IoError message on every rank (each reads the file on its own), and
+// verify_checkpoint's report carries the same message.
+std::string info_error(const std::string& file) {
+  const std::string message = io_testing::io_error_of([&] { read_checkpoint_info(file); });
+  std::string report;
+  EXPECT_FALSE(verify_checkpoint(file, &report));
+  EXPECT_NE(report.find("FAILED: " + message), std::string::npos) << report;
+  return message;
+}
+
+// Adds dataset `path` with the dataset attributes a reader needs (spec, logical names, dtype),
+// the creation properties `create` and file type `type`, writing no data.
+// `unlimited`: every dimension may grow (so that a chunk may be larger than the dataset).
+void add_dataset(hid_t root, const std::string& path, const std::vector<hsize_t>& dims, hid_t create,
+                 hid_t type = H5T_IEEE_F32LE, const std::string& dtype = "f32", bool unlimited = false) {
+  const std::string context = "test dataset " + path;
+  const std::vector<hsize_t> max_dims(dims.size(), H5S_UNLIMITED);
+  H5Handle space = dataspace_handle(
+      H5Screate_simple(static_cast<int>(dims.size()), dims.data(), unlimited ? max_dims.data() : nullptr),
+      "H5Screate_simple", context);
+  H5Handle dataset = dataset_handle(
+      H5Dcreate2(root, path.c_str(), type, space.get(), H5P_DEFAULT, create, H5P_DEFAULT), "H5Dcreate2", context);
+  format::write_string_attribute(dataset.get(), format::attr_spec, "P()", context);
+  format::write_string_array_attribute(dataset.get(), format::attr_logical_names, {}, context);
+  format::write_string_attribute(dataset.get(), format::attr_dtype, dtype, context);
+}
+
+H5Handle dataset_creation() {
+  return plist_handle(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate", "test dataset creation");
+}
+
+std::string file_bytes(const std::string& file) { return std::to_string(std::filesystem::file_size(file)); }
+
+// The ckpt_tool list SIGSEGV of issue 11: two axis names, no sizes.
+TEST(CheckpointBadFiles, EmptyMeshAxisSizesWhileNamesAreNot) {
+  TempDir dir("empty_mesh_sizes");
+  const std::string file = saved_then_edited(dir, [](hid_t root) {
+    H5Adelete(root, format::attr_mesh_sizes);
+    format::write_int64_array_attribute(root, format::attr_mesh_sizes, {}, "test");
+  });
+  EXPECT_EQ(info_error(file),
+            "file '" + file + "': attribute 'mesh_axis_sizes' has 0 values but 'mesh_axis_names' has 1");
+}
+
+TEST(CheckpointBadFiles, MeshAxisSizeZero) {
+  TempDir dir("mesh_size_zero");
+  const std::string file = saved_then_edited(dir, [](hid_t root) {
+    H5Adelete(root, format::attr_mesh_sizes);
+    format::write_int64_array_attribute(root, format::attr_mesh_sizes, {0}, "test");
+  });
+  EXPECT_EQ(info_error(file),
+            "file '" + file + "': attribute 'mesh_axis_sizes' gives axis 'data' size 0; a mesh axis size is 1..2147483647");
+}
+
+TEST(CheckpointBadFiles, MeshAxisSizesOfAnotherType) {
+  TempDir dir("mesh_sizes_type");
+  const std::string file = saved_then_edited(dir, [](hid_t root) {
+    H5Adelete(root, format::attr_mesh_sizes);
+    format::write_string_array_attribute(root, format::attr_mesh_sizes, {"8"}, "test");
+  });
+  EXPECT_EQ(info_error(file), "file '" + file + "': attribute 'mesh_axis_sizes' is not a 64-bit integer array");
+}
+
+TEST(CheckpointBadFiles, NegativeStep) {
+  TempDir dir("negative_step");
+  const std::string file =
+      saved_then_edited(dir, [](hid_t root) { format::write_int64_attribute(root, format::attr_step, -3, "test"); });
+  EXPECT_EQ(info_error(file), "file '" + file + "': attribute 'step' is -3; a step is >= 0");
+  EXPECT_EQ(restore_error(file, target_state()),
+            from_rank(0) + "restore_checkpoint: file '" + file + "': attribute 'step' is -3; a step is >= 0");
+}
+
+TEST(CheckpointBadFiles, StepThatIsAString) {
+  TempDir dir("string_step");
+  const std::string file = saved_then_edited(dir, [](hid_t root) {
+    H5Adelete(root, format::attr_step);
+    format::write_string_attribute(root, format::attr_step, "7", "test");
+  });
+  EXPECT_EQ(info_error(file), "file '" + file + "': attribute 'step' is not a 64-bit integer");
+  EXPECT_EQ(restore_error(file, target_state()),
+            from_rank(0) + "restore_checkpoint: file '" + file + "': attribute 'step' is not a 64-bit integer");
+}
+
+TEST(CheckpointBadFiles, SoftLink) {
+  TempDir dir("soft_link");
+  const std::string file = saved_then_edited(dir, [](hid_t root) {
+    check_h5(H5Lcreate_soft(("/" + w1).c_str(), root, "/alias", H5P_DEFAULT, H5P_DEFAULT), "H5Lcreate_soft", "test");
+  });
+  EXPECT_EQ(info_error(file), "file '" + file + "': '/alias' is a soft link; a checkpoint holds no links");
+  EXPECT_EQ(restore_error(file, target_state()), from_rank(0) + "restore_checkpoint: file '" + file +
+                                                     "': '/alias' is a soft link; a checkpoint holds no links");
+}
+
+TEST(CheckpointBadFiles, ExternalLink) {
+  TempDir dir("external_link");
+  const std::string file = saved_then_edited(dir, [](hid_t root) {
+    check_h5(H5Lcreate_external("elsewhere.h5", "/data", root, "/params/far", H5P_DEFAULT, H5P_DEFAULT),
+             "H5Lcreate_external", "test");
+  });
+  EXPECT_EQ(info_error(file), "file '" + file + "': '/params/far' is an external link; a checkpoint holds no links");
+  EXPECT_EQ(restore_error(file, target_state()),
+            from_rank(0) + "restore_checkpoint: file '" + file +
+                "': '/params/far' is an external link; a checkpoint holds no links");
+}
+
+TEST(CheckpointBadFiles, ExternalStorage) {
+  TempDir dir("external_storage");
+  const std::string file = saved_then_edited(dir, [](hid_t root) {
+    H5Handle create = dataset_creation();
+    check_h5(H5Pset_external(create.get(), "raw.bin", 0, 64), "H5Pset_external", "test");
+    add_dataset(root, "/params/outside", {4, 4}, create.get());
+  });
+  const std::string message = "file '" + file +
+                              "', dataset '/params/outside': is stored in external files; a checkpoint holds its "
+                              "data itself";
+  EXPECT_EQ(info_error(file), message);
+  CheckpointState target = target_state();
+  target.arrays.push_back({"params/outside", ShardedTensor::zeros(line_mesh(), Spec(), {4, 4}), {}});
+  EXPECT_EQ(restore_error(file, target), from_rank(0) + "restore_checkpoint: " + message);
+}
+
+// A chunk of 1 GiB (in a dataset of 16 elements) in a file of a few KiB: refused before verify
+// allocates a buffer for it.
+TEST(CheckpointBadFiles, ChunkLargerThanTheFile) {
+  TempDir dir("huge_chunk");
+  const std::string file = saved_then_edited(dir, [](hid_t root) {
+    H5Handle create = dataset_creation();
+    const hsize_t chunk[2] = {16384, 16384};
+    check_h5(H5Pset_chunk(create.get(), 2, chunk), "H5Pset_chunk", "test");
+    add_dataset(root, "/params/huge", {4, 4}, create.get(), H5T_IEEE_F32LE, "f32", true);
+  });
+  EXPECT_EQ(info_error(file), "file '" + file + "', dataset '/params/huge': chunk [16384, 16384] holds more bytes " +
+                                  "than the file's " + file_bytes(file));
+}
+
+// A chunked dataset of 4 TiB in chunks of 4 bytes (never written): refused before verify walks
+// through its 2^40 chunks.
+TEST(CheckpointBadFiles, ChunkedDatasetLargerThanTheFile) {
+  TempDir dir("huge_chunked");
+  const std::string file = saved_then_edited(dir, [](hid_t root) {
+    H5Handle create = dataset_creation();
+    const hsize_t chunk[1] = {1};
+    check_h5(H5Pset_chunk(create.get(), 1, chunk), "H5Pset_chunk", "test");
+    add_dataset(root, "/params/sparse", {hsize_t{1} << 40}, create.get());
+  });
+  EXPECT_EQ(info_error(file), "file '" + file + "', dataset '/params/sparse': shape [1099511627776] holds more " +
+                                  "bytes than the file's " + file_bytes(file));
+}
+
+// An unchunked dataset of 4 TiB (never written): refused before verify reads it whole.
+TEST(CheckpointBadFiles, ContiguousDatasetLargerThanTheFile) {
+  TempDir dir("huge_contiguous");
+  const std::string file = saved_then_edited(dir, [](hid_t root) {
+    H5Handle create = dataset_creation();
+    add_dataset(root, "/params/vast", {hsize_t{1} << 40}, create.get());
+  });
+  EXPECT_EQ(info_error(file), "file '" + file + "', dataset '/params/vast': shape [1099511627776] holds more " +
+                                  "bytes than the file's " + file_bytes(file));
+}
+
+TEST(CheckpointBadFiles, DtypeAttributeThatDisagreesWithTheData) {
+  TempDir dir("dtype_liar");
+  const std::string file = saved_then_edited(dir, [](hid_t root) {
+    H5Handle create = dataset_creation();
+    add_dataset(root, "/params/liar", {4}, create.get(), H5T_STD_I32LE, "f32");
+  });
+  EXPECT_EQ(info_error(file),
+            "file '" + file + "', dataset '/params/liar': attribute 'dtype' says f32 but the data has another type");
+}
+
+// The --resume row of issue 11: a count of -5 would make Adam's bias correction divide by zero.
+TEST(CheckpointBadFiles, NegativeOptimizerCount) {
+  CheckpointState restored;
+  Tensor count(Shape{}, DType::i32);
+  count.data<std::int32_t>()[0] = -5;
+  restored.arrays.push_back(
+      {"opt_state/count", ShardedTensor(line_mesh(), Spec(), Shape{}, std::move(count), "opt_state/count"), {}});
+  EXPECT_EQ(io_testing::io_error_of([&] { from_checkpoint_state(restored, nn::TrainState{}); }),
+            "train state checkpoint: dataset '/opt_state/count' holds -5; an optimizer step count is >= 0");
 }
 
 TEST(CheckpointBadFiles, FlippedByteInTheLastRanksChunkFailsItsChecksumOnEveryRank) {

@@ -337,6 +337,9 @@ TEST(ShardMapErrors, SignatureThatDoesNotParse) {
   expect_error<SpecError>([] { parse_signature("f32[batch] -> f32[batch]"); },
                           "signature \"f32[batch] -> f32[batch]\": argument 'f32[batch]' has no name (write name: "
                           "dtype[shape])");
+  // Found by the parse_signature fuzz target: a name that is not an identifier did not print back.
+  expect_error<SpecError>([] { parse_signature("x: f32[a] -> result x: f32[a]"); },
+                          "signature \"x: f32[a] -> result x: f32[a]\": argument name 'result x' is not an identifier");
 }
 
 TEST(ShardMapErrors, ArgumentOfTheWrongSize) {
