@@ -15,12 +15,16 @@
 #include <algorithm>
 #include <bit>
 #include <filesystem>
+#include <memory>
+
+#include <unistd.h>
 #include <set>
 
 #include "core/error.h"
 #include "io/atomic_dir.h"
 #include "io/checkpoint.h"
 #include "io/checkpoint_format.h"
+#include "io/directory_lock.h"
 #include "io/fletcher32.h"
 #include "io/layout_driver.h"
 #include "io/parallel_file.h"
@@ -196,6 +200,9 @@ std::vector<std::uint64_t> lay_out_file(const CheckpointState& state, const std:
                                         const std::string& temporary) {
   const std::string context = format::file_context(temporary);
   std::vector<std::uint64_t> addresses(total_chunks, 0);
+  // Created new, never through a symlink planted at the temporary name (the layout driver
+  // opens with O_NOFOLLOW too, so one planted after this is refused).
+  ::close(checkpoint_dir::create_exclusive(temporary));
   H5Handle access = checkpoint_io::layout_file_access(context);
   H5Handle file = file_handle(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()), "H5Fcreate",
                               context);
@@ -326,6 +333,10 @@ void write_pieces(const std::vector<Piece>& pieces, const Communicator& comm, co
     rc = MPI_File_write_all(handle, MPI_BOTTOM, n > 0 ? 1 : 0, memory_type, &status);
     if (rc != MPI_SUCCESS) error = context + ": MPI_File_write_all failed: " + checkpoint_io::mpi_error_text(rc);
   }
+  // Every rank's bytes reach the disk before the agreement below, after which rank 0 renames:
+  // a rename can never publish a file whose data some rank still buffers.
+  rc = MPI_File_sync(handle);
+  if (rc != MPI_SUCCESS && !error) error = context + ": MPI_File_sync failed: " + checkpoint_io::mpi_error_text(rc);
   checkpoint_dir::test_kill_point("after_write", comm.rank());
   rc = MPI_File_close(&handle);
   if (rc != MPI_SUCCESS && !error) error = context + ": MPI_File_close failed: " + checkpoint_io::mpi_error_text(rc);
@@ -358,9 +369,13 @@ std::string save_checkpoint(const CheckpointState& state, const std::string& dir
   std::size_t total_chunks = 0;
   const std::vector<ChunkLayout> layouts = chunk_layouts(state, options, total_chunks);
   std::vector<std::uint64_t> addresses(total_chunks, 0);
+  // Rank 0 holds the directory's lock for the whole save unless this process holds it already
+  // (train_mlp takes it for the whole run).
+  std::unique_ptr<DirectoryLock> lock;
   if (rank == 0) {
     error = capture_error([&] {
       checkpoint_dir::make_directories(dir);
+      if (!DirectoryLock::held_here(dir)) lock = DirectoryLock::acquire(dir);
       addresses = lay_out_file(state, layouts, total_chunks, mesh_shape, temporary);
     });
   }
@@ -377,7 +392,7 @@ std::string save_checkpoint(const CheckpointState& state, const std::string& dir
   if (rank == 0) {
     error = capture_error([&] {
       checkpoint_dir::commit(temporary, final_path);
-      checkpoint_dir::prune(dir, options.keep);
+      checkpoint_dir::prune(dir, options.keep, final_path);
     });
   }
   agree_or_throw<IoError>(comm, error);
