@@ -210,6 +210,7 @@ int run(const Options& o, int world_rank) {
   while (state.step < o.steps) {
     const std::int64_t step = state.step;
     const nn::Batch batch = data.batch(step);
+    checkpoint_dir::test_kill_point("step" + std::to_string(step + 1), world_rank);  // fault tests only
     const auto start = std::chrono::steady_clock::now();
     const double loss = nn::train_step(state, optimizer, loss_fn, batch, step_options);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

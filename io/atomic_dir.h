@@ -51,7 +51,9 @@ int create_exclusive(const std::string& path);
 
 // Test hook: when the environment variable TESSERA_CHECKPOINT_TEST_KILL is "<point>:<rank>"
 // and this process is that rank, it kills itself with SIGKILL here. Points used by save:
-// "after_write" (data written, file still open) and "before_rename" (closed, not committed).
+// "after_write" (data written, file still open) and "before_rename" (closed, not committed),
+// each also as "after_write@<step>" / "before_rename@<step>" to pick one save of a run;
+// train_mlp adds "step<S>" (rank R dies just before computing step S).
 void test_kill_point(std::string_view point, int rank);
 
 }  // namespace tessera::checkpoint_dir

@@ -293,7 +293,7 @@ std::vector<Piece> file_pieces(const std::vector<OwnedChunk>& chunks, const std:
 
 // Every rank: its pieces into the laid-out file, in one collective write.
 void write_pieces(const std::vector<Piece>& pieces, const Communicator& comm, const std::string& temporary,
-                  const SaveOptions& options) {
+                  const SaveOptions& options, std::int64_t step) {
   const std::string context = format::file_context(temporary);
   std::optional<std::string> error;
   MPI_Info info = checkpoint_io::make_info(options.mpi_io_hints);
@@ -338,6 +338,7 @@ void write_pieces(const std::vector<Piece>& pieces, const Communicator& comm, co
   rc = MPI_File_sync(handle);
   if (rc != MPI_SUCCESS && !error) error = context + ": MPI_File_sync failed: " + checkpoint_io::mpi_error_text(rc);
   checkpoint_dir::test_kill_point("after_write", comm.rank());
+  checkpoint_dir::test_kill_point("after_write@" + std::to_string(step), comm.rank());
   rc = MPI_File_close(&handle);
   if (rc != MPI_SUCCESS && !error) error = context + ": MPI_File_close failed: " + checkpoint_io::mpi_error_text(rc);
   // Freed after the close: ROMIO 3.2 keeps the view's flattened type until then.
@@ -346,6 +347,7 @@ void write_pieces(const std::vector<Piece>& pieces, const Communicator& comm, co
     MPI_Type_free(&memory_type);
   }
   checkpoint_dir::test_kill_point("before_rename", comm.rank());
+  checkpoint_dir::test_kill_point("before_rename@" + std::to_string(step), comm.rank());
   agree_or_throw<IoError>(comm, error);
 }
 
@@ -387,7 +389,7 @@ std::string save_checkpoint(const CheckpointState& state, const std::string& dir
     check_mpi(MPI_Bcast(addresses.data(), static_cast<int>(total_chunks), MPI_UINT64_T, 0, comm.handle()),
               "MPI_Bcast");
   }
-  write_pieces(file_pieces(chunks, addresses), comm, temporary, options);
+  write_pieces(file_pieces(chunks, addresses), comm, temporary, options, state.step);
 
   if (rank == 0) {
     error = capture_error([&] {
