@@ -15,11 +15,12 @@ dir="$work/ckpt"
 fail() { echo "FAIL ($kill_at): $*" >&2; exit 1; }
 "$@" --steps 12 --metrics "$work/straight.jsonl" >/dev/null || fail "straight run"
 
-start=$(date +%s.%N)
+start=$(date +%s%N)
 TESSERA_CHECKPOINT_TEST_KILL=$kill_at timeout 10 "$@" --steps 12 --save-every 4 --ckpt-dir "$dir" \
   --metrics "$work/killed.jsonl" >"$work/killed.out" 2>&1
 rc=$?
-seconds=$(echo "$(date +%s.%N) - $start" | bc)
+elapsed_ms=$(( ($(date +%s%N) - start) / 1000000 ))
+seconds=$(printf '%d.%03d' $((elapsed_ms / 1000)) $((elapsed_ms % 1000)))
 [ $rc -ne 124 ] || fail "the job did not end within 10 s after the kill"
 [ $rc -ne 0 ] || fail "the job with a killed rank exited 0"
 grep -q "TESSERA_CHECKPOINT_TEST_KILL: rank" "$work/killed.out" || fail "the kill point was never reached"
