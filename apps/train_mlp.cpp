@@ -12,6 +12,8 @@
 
 #include "apps/cli_main.h"
 #include "apps/synthetic_data.h"
+#include "io/atomic_dir.h"
+#include "io/directory_lock.h"
 #include "io/train_state_io.h"
 #include "core/error.h"
 #include "mesh/environment.h"
@@ -45,6 +47,7 @@ struct Options {
   std::int64_t save_every = 0;
   int keep = 3;
   bool resume = false;
+  bool overwrite = false;
   std::string metrics;
   bool quiet = false;
 };
@@ -121,7 +124,26 @@ void validate_setup(const Options& o, const nn::ParamInfos& infos, const MeshSha
                      std::to_string(local_batch) + " rows (batch " + std::to_string(o.batch) + " split as " +
                      x_spec.to_string() + ")");
   }
-  if ((o.resume || o.save_every > 0) && o.ckpt_dir.empty()) throw UsageError("--resume and --save-every need --ckpt-dir");
+  if ((o.resume || o.save_every > 0 || o.overwrite) && o.ckpt_dir.empty()) {
+    throw UsageError("--resume, --save-every and --overwrite need --ckpt-dir");
+  }
+  if (o.resume && o.overwrite) throw UsageError("--resume and --overwrite exclude each other");
+}
+
+// Rank 0, holding the directory's lock: the fresh-run rule. A run without --resume never
+// mixes its checkpoints with another run's (prune would keep the other run's higher steps and
+// a later --resume would take them): it is refused, or with --overwrite the old ones go first.
+std::optional<std::string> claim_checkpoint_directory(const Options& o) {
+  if (o.resume) return std::nullopt;
+  auto complete = checkpoint_dir::list_complete(o.ckpt_dir);
+  if (complete.empty()) return std::nullopt;
+  if (o.overwrite) {
+    checkpoint_dir::remove_checkpoints(o.ckpt_dir);
+    return std::nullopt;
+  }
+  return "--ckpt-dir '" + o.ckpt_dir + "' already holds checkpoints up to step " + std::to_string(complete.back().first) +
+         " (" + checkpoint_dir::file_name(complete.back().first) +
+         "): --resume continues that run, --overwrite deletes them and starts over";
 }
 
 // Memory estimate (bytes per rank), from each rank's local shapes, in double so that absurd sizes
@@ -203,6 +225,21 @@ int run(const Options& o, int world_rank) {
   validate_setup(o, infos, mesh_shape, x_spec);
   check_memory(o, infos, mesh_shape, x_spec);
 
+  // Rank 0 holds the directory's lock until the run ends, so no other job writes there meanwhile.
+  std::unique_ptr<DirectoryLock> ckpt_lock;
+  if (!o.ckpt_dir.empty()) {
+    ckpt_lock = lock_checkpoint_directory(mesh.comm(), o.ckpt_dir);
+    std::optional<std::string> refusal;
+    if (root) {
+      try {
+        refusal = claim_checkpoint_directory(o);
+      } catch (const Error& e) {
+        refusal = e.what();
+      }
+    }
+    if (auto message = broadcast_root_message(mesh.comm(), refusal)) throw UsageError(*message);
+  }
+
   std::optional<std::string> resume_file;
   if (o.resume) {
     resume_file = latest_checkpoint(o.ckpt_dir);
@@ -245,6 +282,7 @@ int run(const Options& o, int world_rank) {
   while (state.step < o.steps) {
     const std::int64_t step = state.step;
     const nn::Batch batch = data.batch(step);
+    checkpoint_dir::test_kill_point("step" + std::to_string(step + 1), world_rank);  // fault tests only
     const auto start = std::chrono::steady_clock::now();
     const double loss = nn::train_step(state, optimizer, loss_fn, batch, step_options);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -312,6 +350,8 @@ int main(int argc, char** argv) {
   app.add_option("--save-every", o.save_every, "save every N steps (0: only at the end)")->capture_default_str();
   app.add_option("--keep", o.keep, "checkpoints kept")->capture_default_str();
   app.add_flag("--resume", o.resume, "continue from the latest checkpoint in --ckpt-dir");
+  app.add_flag("--overwrite", o.overwrite,
+               "delete the checkpoints already in --ckpt-dir and start over (a run without it refuses them)");
   app.add_option("--metrics", o.metrics, "write one JSON object per step to FILE");
   app.add_flag("--quiet", o.quiet, "no progress line per step");
   return tessera::apps::parse_and_run("train_mlp", app, argc, argv, [&](int rank) { return run(o, rank); });

@@ -12,7 +12,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include "core/error.h"
 #include "io/checkpoint.h"
@@ -97,10 +96,14 @@ void commit(const std::string& temporary, const std::string& final_path) {
   const std::string pointer = (fs::path(dir) / latest_name).string();
   const std::string pointer_temporary = pointer + temporary_suffix;
   {
-    std::ofstream out(pointer_temporary, std::ios::trunc);
-    out << fs::path(final_path).filename().string() << '\n';
-    out.flush();
-    if (!out) throw IoError("file '" + pointer_temporary + "': cannot write the latest pointer");
+    const int fd = create_exclusive(pointer_temporary);
+    const std::string line = fs::path(final_path).filename().string() + "\n";
+    const ssize_t written = ::write(fd, line.data(), line.size());
+    const std::string error = written < 0 ? errno_text() : std::string("short write");
+    ::close(fd);
+    if (written != static_cast<ssize_t>(line.size())) {
+      throw IoError("file '" + pointer_temporary + "': cannot write the latest pointer: " + error);
+    }
   }
   sync_file(pointer_temporary);
   if (std::rename(pointer_temporary.c_str(), pointer.c_str()) != 0) {
@@ -109,13 +112,32 @@ void commit(const std::string& temporary, const std::string& final_path) {
   sync_directory(dir);
 }
 
-std::vector<std::string> prune(const std::string& dir, int keep) {
+int create_exclusive(const std::string& path) {
+  // A leftover (of a killed save, or a symlink someone planted) goes first; unlink removes a
+  // symlink itself, and O_EXCL | O_NOFOLLOW refuses one planted between the two calls.
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    throw IoError("file '" + path + "': cannot remove the leftover: " + errno_text());
+  }
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) throw IoError("file '" + path + "': cannot create: " + errno_text());
+  return fd;
+}
+
+std::vector<std::string> prune(const std::string& dir, int keep, const std::string& just_written) {
   std::vector<std::string> removed;
   std::error_code ec;
   auto complete = list_complete(dir);
-  if (keep > 0 && static_cast<int>(complete.size()) > keep) {
-    for (std::size_t i = 0; i + keep < complete.size(); ++i) {
-      if (fs::remove(complete[i].second, ec)) removed.push_back(complete[i].second);
+  // The file just written stays whatever its step: `latest` names it (another run's higher
+  // steps in the directory must not make a save delete itself).
+  const std::string protected_name = just_written.empty() ? std::string() : fs::path(just_written).filename().string();
+  std::vector<std::string> others;
+  for (const auto& [step, path] : complete) {
+    if (fs::path(path).filename().string() != protected_name) others.push_back(path);
+  }
+  const std::size_t others_kept = static_cast<std::size_t>(std::max(0, keep - (protected_name.empty() ? 0 : 1)));
+  if (keep > 0 && others.size() > others_kept) {
+    for (std::size_t i = 0; i + others_kept < others.size(); ++i) {
+      if (fs::remove(others[i], ec)) removed.push_back(others[i]);
     }
   }
   // Collected first: removing entries while iterating a directory is unspecified.
@@ -131,6 +153,26 @@ std::vector<std::string> prune(const std::string& dir, int keep) {
     if (fs::remove(path, remove_error)) removed.push_back(path.string());
   }
   return removed;
+}
+
+std::vector<std::string> remove_checkpoints(const std::string& dir) {
+  std::vector<std::string> doomed;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    if (name.ends_with(temporary_suffix)) name.resize(name.size() - std::strlen(temporary_suffix));
+    if (parse_file_name(name) || name == latest_name) doomed.push_back(it->path().string());
+  }
+  if (ec) throw IoError("checkpoint directory '" + dir + "': cannot list: " + ec.message());
+  std::sort(doomed.begin(), doomed.end());
+  for (const auto& path : doomed) {
+    // unlink, not remove_all: a symlink is removed itself, never what it points to.
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      throw IoError("file '" + path + "': cannot remove: " + errno_text());
+    }
+  }
+  if (!doomed.empty()) sync_directory(dir);
+  return doomed;
 }
 
 void test_kill_point(std::string_view point, int rank) {

@@ -36,12 +36,24 @@ void sync_directory(const std::string& dir);
 // points `latest` at it (written to a temporary name and renamed too). Throws IoError.
 void commit(const std::string& temporary, const std::string& final_path);
 // Removes complete checkpoints beyond the newest `keep` (keep <= 0: none) and every leftover
-// temporary file. Returns the removed paths.
-std::vector<std::string> prune(const std::string& dir, int keep);
+// temporary file. Returns the removed paths. `just_written` (the file `latest` names) is never
+// removed, even when older checkpoints of higher steps are there: it counts as one of the
+// `keep`, the others kept are the highest steps.
+std::vector<std::string> prune(const std::string& dir, int keep, const std::string& just_written = {});
+// Removes every complete checkpoint, leftover temporary file and the `latest` pointer (nothing
+// else: the directory and other files stay). For train_mlp --overwrite. Throws IoError.
+std::vector<std::string> remove_checkpoints(const std::string& dir);
+
+// Creates `path` as a new regular file for writing (O_CREAT | O_EXCL | O_NOFOLLOW), first
+// unlinking a leftover of that name (a symlink planted there is removed, never followed).
+// Returns the descriptor. Throws IoError naming the file.
+int create_exclusive(const std::string& path);
 
 // Test hook: when the environment variable TESSERA_CHECKPOINT_TEST_KILL is "<point>:<rank>"
 // and this process is that rank, it kills itself with SIGKILL here. Points used by save:
-// "after_write" (data written, file still open) and "before_rename" (closed, not committed).
+// "after_write" (data written, file still open) and "before_rename" (closed, not committed),
+// each also as "after_write@<step>" / "before_rename@<step>" to pick one save of a run;
+// train_mlp adds "step<S>" (rank R dies just before computing step S).
 void test_kill_point(std::string_view point, int rank);
 
 }  // namespace tessera::checkpoint_dir

@@ -48,7 +48,7 @@ H5FD_t* layout_open(const char* name, unsigned flags, hid_t, haddr_t maxaddr) {
   if ((flags & H5F_ACC_TRUNC) != 0) open_flags |= O_TRUNC;
   if ((flags & H5F_ACC_CREAT) != 0) open_flags |= O_CREAT;
   if ((flags & H5F_ACC_EXCL) != 0) open_flags |= O_EXCL;
-  const int fd = ::open(name, open_flags | O_CLOEXEC, 0666);
+  const int fd = ::open(name, open_flags | O_CLOEXEC | O_NOFOLLOW, 0666);  // never through a symlink
   if (fd < 0) {
     push_error("layout_open", H5E_CANTOPENFILE, std::string("cannot open '") + name + "': " + std::strerror(errno));
     return nullptr;

@@ -15,12 +15,16 @@
 #include <algorithm>
 #include <bit>
 #include <filesystem>
+#include <memory>
+
+#include <unistd.h>
 #include <set>
 
 #include "core/error.h"
 #include "io/atomic_dir.h"
 #include "io/checkpoint.h"
 #include "io/checkpoint_format.h"
+#include "io/directory_lock.h"
 #include "io/fletcher32.h"
 #include "io/layout_driver.h"
 #include "io/parallel_file.h"
@@ -196,6 +200,9 @@ std::vector<std::uint64_t> lay_out_file(const CheckpointState& state, const std:
                                         const std::string& temporary) {
   const std::string context = format::file_context(temporary);
   std::vector<std::uint64_t> addresses(total_chunks, 0);
+  // Created new, never through a symlink planted at the temporary name (the layout driver
+  // opens with O_NOFOLLOW too, so one planted after this is refused).
+  ::close(checkpoint_dir::create_exclusive(temporary));
   H5Handle access = checkpoint_io::layout_file_access(context);
   H5Handle file = file_handle(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()), "H5Fcreate",
                               context);
@@ -286,7 +293,7 @@ std::vector<Piece> file_pieces(const std::vector<OwnedChunk>& chunks, const std:
 
 // Every rank: its pieces into the laid-out file, in one collective write.
 void write_pieces(const std::vector<Piece>& pieces, const Communicator& comm, const std::string& temporary,
-                  const SaveOptions& options) {
+                  const SaveOptions& options, std::int64_t step) {
   const std::string context = format::file_context(temporary);
   std::optional<std::string> error;
   MPI_Info info = checkpoint_io::make_info(options.mpi_io_hints);
@@ -326,7 +333,12 @@ void write_pieces(const std::vector<Piece>& pieces, const Communicator& comm, co
     rc = MPI_File_write_all(handle, MPI_BOTTOM, n > 0 ? 1 : 0, memory_type, &status);
     if (rc != MPI_SUCCESS) error = context + ": MPI_File_write_all failed: " + checkpoint_io::mpi_error_text(rc);
   }
+  // Every rank's bytes reach the disk before the agreement below, after which rank 0 renames:
+  // a rename can never publish a file whose data some rank still buffers.
+  rc = MPI_File_sync(handle);
+  if (rc != MPI_SUCCESS && !error) error = context + ": MPI_File_sync failed: " + checkpoint_io::mpi_error_text(rc);
   checkpoint_dir::test_kill_point("after_write", comm.rank());
+  checkpoint_dir::test_kill_point("after_write@" + std::to_string(step), comm.rank());
   rc = MPI_File_close(&handle);
   if (rc != MPI_SUCCESS && !error) error = context + ": MPI_File_close failed: " + checkpoint_io::mpi_error_text(rc);
   // Freed after the close: ROMIO 3.2 keeps the view's flattened type until then.
@@ -335,6 +347,7 @@ void write_pieces(const std::vector<Piece>& pieces, const Communicator& comm, co
     MPI_Type_free(&memory_type);
   }
   checkpoint_dir::test_kill_point("before_rename", comm.rank());
+  checkpoint_dir::test_kill_point("before_rename@" + std::to_string(step), comm.rank());
   agree_or_throw<IoError>(comm, error);
 }
 
@@ -358,9 +371,13 @@ std::string save_checkpoint(const CheckpointState& state, const std::string& dir
   std::size_t total_chunks = 0;
   const std::vector<ChunkLayout> layouts = chunk_layouts(state, options, total_chunks);
   std::vector<std::uint64_t> addresses(total_chunks, 0);
+  // Rank 0 holds the directory's lock for the whole save unless this process holds it already
+  // (train_mlp takes it for the whole run).
+  std::unique_ptr<DirectoryLock> lock;
   if (rank == 0) {
     error = capture_error([&] {
       checkpoint_dir::make_directories(dir);
+      if (!DirectoryLock::held_here(dir)) lock = DirectoryLock::acquire(dir);
       addresses = lay_out_file(state, layouts, total_chunks, mesh_shape, temporary);
     });
   }
@@ -372,12 +389,12 @@ std::string save_checkpoint(const CheckpointState& state, const std::string& dir
     check_mpi(MPI_Bcast(addresses.data(), static_cast<int>(total_chunks), MPI_UINT64_T, 0, comm.handle()),
               "MPI_Bcast");
   }
-  write_pieces(file_pieces(chunks, addresses), comm, temporary, options);
+  write_pieces(file_pieces(chunks, addresses), comm, temporary, options, state.step);
 
   if (rank == 0) {
     error = capture_error([&] {
       checkpoint_dir::commit(temporary, final_path);
-      checkpoint_dir::prune(dir, options.keep);
+      checkpoint_dir::prune(dir, options.keep, final_path);
     });
   }
   agree_or_throw<IoError>(comm, error);

@@ -18,11 +18,10 @@ done; then
 fi
 printf '\rbuild: done\n'
 steps=${TESSERA_RUN_STEPS:-300}
-# A fresh run each time: without this, the checkpoints of the last run would be overwritten
-# from step 0 (use train_mlp --resume to continue one instead).
-rm -rf build/checkpoints
+# A fresh run each time: --overwrite deletes the last run's checkpoints (train_mlp refuses a
+# fresh run into a directory holding some; use --resume instead to continue one).
 args=(--mesh data=2,model=4 --steps "$steps" --metrics build/train_mlp_metrics.jsonl
-      --ckpt-dir build/checkpoints --save-every 100 --keep 2)
+      --ckpt-dir build/checkpoints --save-every 100 --keep 2 --overwrite)
 bash scripts/mpirun/local.sh 8 build/apps/train_mlp "${args[@]}" "$@"
 echo "plots of this run:"
 scripts/plot_metrics -o build/plots build/train_mlp_metrics.jsonl

@@ -4,6 +4,7 @@
 // itself (mpiexec via std::system) and expects the killed ones to fail.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -73,6 +74,39 @@ TEST(CheckpointAtomicity, KilledSaveLeavesThePreviousCheckpointAndIsCleanedByThe
   EXPECT_EQ(latest_pointer(), "ckpt_00000004.h5");
   EXPECT_EQ(run_helper("restore " + dir + " 4"), 0);
   fs::remove_all(dir);
+}
+
+// Another run's higher steps in the directory must not make a save delete the file it just
+// wrote (which `latest` names): it counts as one of `keep`, the rest are the highest steps.
+TEST(CheckpointPrune, NeverRemovesTheFileJustWritten) {
+  const std::string d = std::string(TESSERA_IO_TEST_TMP) + "/prune";
+  fs::remove_all(d);
+  fs::create_directories(d);
+  for (int step : {5, 10, 20, 30}) std::ofstream(d + "/" + checkpoint_dir::file_name(step)) << "x";
+  checkpoint_dir::prune(d, 2, d + "/" + checkpoint_dir::file_name(5));
+  std::vector<std::int64_t> left;
+  for (const auto& [step, path] : checkpoint_dir::list_complete(d)) left.push_back(step);
+  EXPECT_EQ(left, (std::vector<std::int64_t>{5, 30}));
+  checkpoint_dir::prune(d, 1, d + "/" + checkpoint_dir::file_name(5));
+  left.clear();
+  for (const auto& [step, path] : checkpoint_dir::list_complete(d)) left.push_back(step);
+  EXPECT_EQ(left, (std::vector<std::int64_t>{5}));
+}
+
+// --overwrite's helper removes checkpoints, leftovers and `latest`, and nothing else.
+TEST(CheckpointPrune, RemoveCheckpointsLeavesOtherFiles) {
+  const std::string d = std::string(TESSERA_IO_TEST_TMP) + "/remove";
+  fs::remove_all(d);
+  fs::create_directories(d);
+  for (const char* name : {"ckpt_00000010.h5", "ckpt_00000020.h5.tmp", "latest", "latest.tmp", "notes.txt", ".lock"}) {
+    std::ofstream(d + "/" + name) << "x";
+  }
+  fs::create_symlink(d + "/notes.txt", d + "/ckpt_00000030.h5");
+  EXPECT_EQ(checkpoint_dir::remove_checkpoints(d).size(), 5u);
+  std::vector<std::string> left;
+  for (const auto& entry : fs::directory_iterator(d)) left.push_back(entry.path().filename().string());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{".lock", "notes.txt"}));
 }
 
 }  // namespace
