@@ -11,6 +11,8 @@ packages=(
   googletest libgtest-dev libgmock-dev
   libcli11-dev
   python3-matplotlib
+  iproute2 util-linux bc
+  munge slurmctld slurmd slurm-client
 )
 
 missing=()
