@@ -14,6 +14,7 @@ if [ ! -r "$TCL_DIR/hostfile" ]; then echo "mpirun.sh: no cluster up (scripts/cl
 head -n "$hosts" "$TCL_DIR/hostfile" > "$TCL_DIR/hostfile.$hosts"
 flags="--mca plm_rsh_agent $here/rsh.sh --mca btl self,vader,tcp"
 flags+=" --mca btl_tcp_if_include $TCL_SUBNET --mca oob_tcp_if_include $TCL_SUBNET"
-# Eight ranks on a small machine: waiting ranks yield the core.
-flags+=" --mca mpi_yield_when_idle 1 ${TESSERA_CLUSTER_FLAGS:-}"
-TESSERA_MPIRUN_FLAGS="$flags" tcl_enter host1 bash "$here/../mpirun/hostfile.sh" "$TCL_DIR/hostfile.$hosts" "$@"
+flags+=" ${TESSERA_CLUSTER_FLAGS:-}"
+# Eight ranks on a small machine: waiting ranks yield the core (in the environment, which mpirun
+# forwards: hostfile.sh passes the flag itself when N exceeds the slots, and twice is an error).
+OMPI_MCA_mpi_yield_when_idle=1 TESSERA_MPIRUN_FLAGS="$flags" tcl_enter host1 bash "$here/../mpirun/hostfile.sh" "$TCL_DIR/hostfile.$hosts" "$@"
