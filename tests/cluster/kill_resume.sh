@@ -8,7 +8,7 @@ cluster_require
 build=$1 work=$2
 rm -rf "$work" && mkdir -p "$work"
 run() { bash "$ROOT/scripts/cluster/mpirun.sh" 2 8 "$build/apps/train_mlp" --mesh data=2,model=4 --depth 256 \
-          --steps 60 --quiet "$@"; }
+          --steps 100 --quiet "$@"; }
 run --metrics "$work/straight.jsonl" >/dev/null || { echo "FAIL: uninterrupted run" >&2; exit 1; }
 run --save-every 5 --ckpt-dir "$work/ckpt" --metrics "$work/killed.jsonl" > "$work/killed.out" 2>&1 &
 job=$!
@@ -43,7 +43,7 @@ steps_done=$(wc -l < "$work/killed.jsonl")
 echo "killed rank pid $victim on host2 after step >= 7: job ended with exit code $rc within ${secs}s, $steps_done steps logged"
 # mpirun passes on the signal of the rank that died: 128 + SIGKILL.
 [ "$rc" -eq 137 ] || { echo "FAIL: the killed job exited $rc, not 137" >&2; exit 1; }
-[ "$steps_done" -lt 60 ] || { echo "FAIL: the job finished all steps: nothing was interrupted" >&2; exit 1; }
+[ "$steps_done" -lt 100 ] || { echo "FAIL: the job finished all steps: nothing was interrupted" >&2; exit 1; }
 ls "$work/ckpt" | grep -q . || { echo "FAIL: no checkpoint left to resume from" >&2; exit 1; }
 run --save-every 5 --ckpt-dir "$work/ckpt" --resume --metrics "$work/resumed.jsonl" > "$work/resumed.out" \
   || { cat "$work/resumed.out"; echo "FAIL: resume" >&2; exit 1; }
@@ -52,5 +52,5 @@ grep "resumed from" "$work/resumed.out"
 same_losses <(grep -F -f <(losses "$work/resumed.jsonl" | awk '{print "\"step\":" $1 ","}') "$work/straight.jsonl") \
   "$work/resumed.jsonl" 0 || { echo "FAIL: resumed losses differ from the uninterrupted run's" >&2; exit 1; }
 last=$(losses "$work/resumed.jsonl" | tail -1 | cut -d' ' -f1)
-[ "$last" = 60 ] || { echo "FAIL: the resumed run ended at step $last" >&2; exit 1; }
-echo "ok: resumed run's $(wc -l < "$work/resumed.jsonl") losses (to step 60) identical to the uninterrupted run's"
+[ "$last" = 100 ] || { echo "FAIL: the resumed run ended at step $last" >&2; exit 1; }
+echo "ok: resumed run's $(wc -l < "$work/resumed.jsonl") losses (to step 100) identical to the uninterrupted run's"
