@@ -16,7 +16,7 @@ mkdir -p "$TCL_DIR"
 sw=$(tcl_ns switch)
 ip netns list | grep -qw "^$sw" || ip netns add "$sw"
 ip -n "$sw" link set lo up
-ip -n "$sw" link show br0 >/dev/null 2>&1 || ip -n "$sw" link add br0 type bridge
+ip -n "$sw" link show br0 >/dev/null 2>&1 || ip -n "$sw" link add br0 type bridge forward_delay 0 stp_state 0
 ip -n "$sw" link set br0 up
 : > "$TCL_DIR/hostfile.tmp"
 for i in $(seq 1 "$n"); do
@@ -40,11 +40,11 @@ for i in $(seq 1 "$n"); do
   echo "$host slots=$slots" >> "$TCL_DIR/hostfile.tmp"
 done
 mv "$TCL_DIR/hostfile.tmp" "$TCL_DIR/hostfile"
-# Wait until every host answers on the bridge (the links come up asynchronously).
+# Wait until every host's link to the bridge is up (carrier on both ends of the veth).
 for i in $(seq 1 "$n"); do
-  for _ in $(seq 1 50); do
-    tcl_enter host1 ping -c1 -W1 "$(tcl_addr "host$i")" >/dev/null 2>&1 && break
-    sleep 0.1
+  for _ in $(seq 1 100); do
+    ip -n "$(tcl_ns "host$i")" link show eth0 | grep -q LOWER_UP && break
+    sleep 0.05
   done
 done
 echo "cluster: $n hosts up ($(tr '\n' ' ' < "$TCL_DIR/hostfile")) on $TCL_SUBNET; hostfile $TCL_DIR/hostfile"
