@@ -1,11 +1,18 @@
 // demo_mesh: builds a named mesh over all ranks and a sharded tensor from the sharding-invariant
 // RNG, and prints the mesh, the tensor's sharding picture and a checksum of its global value.
 // The sharding is JAX text or a seqax shape string (whose sizes and names are checked against
-// --shape in a shape scope):
+// --shape in a shape scope). --hosts prints, instead of the tensor, each rank's host and mesh
+// coordinates and, for a 2-D mesh, the mesh as a picture of host names (which ranks share a host):
 //   scripts/mpirun/local.sh 8 build/apps/demo_mesh --mesh data=2,model=4 --spec "P(None, model)"
 //   scripts/mpirun/local.sh 8 build/apps/demo_mesh --shape 16,64 --spec "rows/data cols/model"
+//   scripts/mpirun/local.sh 8 build/apps/demo_mesh --mesh data=2,model=4 --hosts
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <string>
+#include <vector>
+
+#include <mpi.h>
 
 #include "apps/cli_main.h"
 #include "core/init.h"
@@ -14,6 +21,64 @@
 #include "mesh/environment.h"
 #include "mesh/mesh.h"
 #include "mesh/sharded_tensor.h"
+
+namespace {
+
+// Gathers (world rank, host name) in mesh order and prints, on world rank 0, one line per mesh
+// rank ("mesh rank 5 coords (1,1) world rank 3 host node2") and for a 2-D mesh a grid whose rows
+// are the first axis, columns the second, each cell "mesh rank@host".
+int print_hosts(const tessera::Mesh& mesh, int world_rank) {
+  constexpr int kName = MPI_MAX_PROCESSOR_NAME;
+  char name[kName] = {};
+  int length = 0;
+  MPI_Get_processor_name(name, &length);
+  const int n = mesh.size();
+  std::vector<char> names(static_cast<std::size_t>(n) * kName);
+  std::vector<int> world_ranks(static_cast<std::size_t>(n));
+  MPI_Comm comm = mesh.comm().handle();
+  MPI_Allgather(name, kName, MPI_CHAR, names.data(), kName, MPI_CHAR, comm);
+  MPI_Allgather(&world_rank, 1, MPI_INT, world_ranks.data(), 1, MPI_INT, comm);
+  if (world_rank != 0) return 0;
+  const auto& sizes = mesh.shape().sizes();
+  auto coords_of = [&](int r) {
+    std::vector<int> c(sizes.size());
+    for (int a = static_cast<int>(sizes.size()) - 1; a >= 0; --a) {
+      c[a] = r % sizes[a];
+      r /= sizes[a];
+    }
+    return c;
+  };
+  std::cout << mesh.to_string() << " over " << n << " ranks\n";
+  for (int r = 0; r < n; ++r) {
+    std::string coords;
+    for (int c : coords_of(r)) coords += (coords.empty() ? "" : ",") + std::to_string(c);
+    std::cout << "mesh rank " << r << " coords (" << coords << ") world rank " << world_ranks[r] << " host "
+              << &names[static_cast<std::size_t>(r) * kName] << '\n';
+  }
+  if (sizes.size() == 2) {
+    std::vector<std::string> cells(static_cast<std::size_t>(n));
+    std::size_t width = 0;
+    for (int r = 0; r < n; ++r) {
+      cells[r] = std::to_string(r) + "@" + &names[static_cast<std::size_t>(r) * kName];
+      width = std::max(width, cells[r].size());
+    }
+    std::string rule = "+";
+    for (int j = 0; j < sizes[1]; ++j) rule += std::string(width + 2, '-') + "+";
+    std::cout << "rows: " << mesh.shape().names()[0] << ", columns: " << mesh.shape().names()[1] << '\n'
+              << rule << '\n';
+    for (int i = 0; i < sizes[0]; ++i) {
+      std::cout << "|";
+      for (int j = 0; j < sizes[1]; ++j) {
+        const std::string& cell = cells[static_cast<std::size_t>(i * sizes[1] + j)];
+        std::cout << ' ' << cell << std::string(width - cell.size() + 1, ' ') << "|";
+      }
+      std::cout << '\n' << rule << '\n';
+    }
+  }
+  return 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   tessera::Environment env(argc, argv);
@@ -27,6 +92,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--shape", shape, "global shape, comma-separated")->delimiter(',')->capture_default_str();
   app.add_option("--seed", seed, "RNG seed")->capture_default_str();
+  bool hosts = false;
+  app.add_flag("--hosts", hosts, "print each rank's host name and mesh coordinates instead of the tensor");
   return tessera::apps::parse_and_run("demo_mesh", app, argc, argv, [&](int rank) {
     // Every check before the mesh is made: replicated input fails on every rank alike.
     // Every rank gathers the whole tensor (to_global): extents >= 0, at most 2^28 elements (1 GiB).
@@ -50,6 +117,7 @@ int main(int argc, char** argv) {
     }
     tessera::validate_spec(spec, mesh_shape, shape, "W1");
     tessera::Mesh mesh = tessera::Mesh::world(mesh_shape);
+    if (hosts) return print_hosts(mesh, rank);
     const tessera::RngKey key = tessera::rng_key(seed, "demo/W1");
     auto w = tessera::ShardedTensor::from_block_fn(
         mesh, spec, shape,

@@ -12,6 +12,8 @@ packages=(
   libcli11-dev
   python3-matplotlib
   clang libclang-rt-14-dev
+  iproute2 util-linux bc
+  munge slurmctld slurmd slurm-client
 )
 
 missing=()

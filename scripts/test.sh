@@ -7,8 +7,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
+# The cluster tests (label cluster: a simulated 2-host cluster in network namespaces and a real
+# Slurm on it) need root and network namespaces; elsewhere they are left out, with the reason.
+extra=()
+. tests/cluster/common.sh
+if why=$(cluster_allowed); then
+  echo "test: cluster tests run (simulated hosts in network namespaces)"
+else
+  echo "test: cluster tests skipped: $why"
+  extra=(-LE cluster)
+fi
 # MPI suites oversubscribe the cores themselves; two ctest jobs keep both cores busy.
-ctest --test-dir build --output-on-failure -j 2 "$@"
+ctest --test-dir build --output-on-failure -j 2 "${extra[@]}" "$@"
 
 if [ "${TESSERA_TEST_SANITIZE:-1}" != 0 ]; then
   echo "== sanitizer build (build-sanitize/, ASan + UBSan) =="

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# down.sh: tear the simulated cluster down, idempotently: kill what still runs inside its
+# namespaces (slurmd, stray ranks), release the UTS namespaces, delete the network namespaces
+# and $TCL_DIR. Safe to run when nothing is up.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=env.sh
+. "$here/env.sh"
+for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$TCL_PREFIX-"); do
+  pids=$(ip netns pids "$ns" 2>/dev/null)
+  [ -n "$pids" ] && kill -KILL $pids 2>/dev/null
+done
+for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$TCL_PREFIX-"); do
+  ip netns del "$ns"
+done
+if [ -d "$TCL_DIR" ]; then
+  for f in "$TCL_DIR"/*.uts; do
+    [ -e "$f" ] || continue
+    mountpoint -q "$f" 2>/dev/null && umount "$f"
+  done
+  rm -rf "$TCL_DIR"
+fi
+echo "cluster: down"
