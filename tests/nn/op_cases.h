@@ -6,7 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "nn/activations.h"
 #include "nn/einsum.h"
+#include "nn/normalization.h"
 #include "nn/ops.h"
 
 namespace tessera::nn::testing_ops {
@@ -50,6 +52,13 @@ inline std::vector<OpCase> op_cases() {
       {"sum_dim1_keepdims", {{4, 8}}, [](auto& v) { return weigh(sum(v[0], {1}, true)); }},
       {"mean_all", {{4, 8}}, [](auto& v) { return mean(square(v[0])); }},
       {"log_softmax", {{4, 8}}, [](auto& v) { return weigh(log_softmax(v[0])); }},
+      {"gelu", {{4, 8}}, [](auto& v) { return weigh(gelu(v[0])); }},
+      {"gelu_tanh", {{4, 8}}, [](auto& v) { return weigh(gelu_tanh(v[0])); }},
+      {"silu", {{4, 8}}, [](auto& v) { return weigh(silu(v[0])); }},
+      {"rsqrt", {{4, 8}}, [](auto& v) { return weigh(rsqrt(v[0], 0.5)); }, true},
+      {"softmax", {{4, 8}}, [](auto& v) { return weigh(softmax(v[0])); }},
+      {"rmsnorm", {{4, 8}, {8}}, [](auto& v) { return weigh(rmsnorm(v[0], v[1])); }},
+      {"layernorm", {{4, 8}, {8}, {8}}, [](auto& v) { return weigh(layernorm(v[0], v[1], v[2])); }},
       {"take_layer", {{4, 4, 8}}, [](auto& v) { return weigh(mul(take_layer(v[0], 1), take_layer(v[0], 3))); }},
       {"sum_loss", {{4, 8}}, [](auto& v) { return sum_loss(mul(v[0], v[0])); }},
       {"mse_loss", {{4, 8}, {4, 8}}, [](auto& v) { return mse_loss(v[0], v[1]); }},
