@@ -3,9 +3,11 @@
 // mesh gives the global view's loss and gradients, and bad input names the op and the tensors.
 #include <gtest/gtest.h>
 
+#include "collectives/comm_stats.h"
 #include "core/error.h"
 #include "nn/activations.h"
 #include "nn/normalization.h"
+#include "nn/shape_ops.h"
 #include "nn/shard_map.h"
 #include "tests/nn/nn_test_util.h"
 #include "tests/nn/op_cases.h"
@@ -83,6 +85,83 @@ TEST(LmOps, NormalisationWeightOfTheWrongShapeIsAnError) {
     FAIL();
   } catch (const ShapeError& e) {
     EXPECT_STREQ(e.what(), "layernorm: bias 'norm_scale' [6] does not match the last dimension of 'h' [4, 8]");
+  }
+}
+
+TEST(LmOps, ReshapeKeepsASplitOnTheMajorDimensionWithoutMoving) {
+  Mesh mesh = Mesh::world(MeshShape({"data", "model"}, {world_size(), 1}));
+  const std::int64_t n = world_size();
+  Tensor t = test_values({2 * n, 3, 4}, 5);
+  Var x(ShardedTensor::from_global(mesh, parse_spec("P(data, None, model)"), t, "h"), true);
+  CommScope scope;
+  Var merged = reshape(x, {2 * n * 3, 4});  // (2n, 3) merge: data stays on the major part
+  Var heads = reshape(merged, {2 * n, 3, 2, 2});  // and comes back; 4 splits into (2, 2)
+  EXPECT_EQ(scope.total_bytes(), 0);
+  EXPECT_EQ(merged.spec(), parse_spec("P(data, model)"));
+  EXPECT_EQ(heads.spec(), parse_spec("P(data, None, model, None)"));
+  EXPECT_LT(max_relative_error(reshape(heads, {2 * n, 3, 4}).value().to_global(), t), 1e-15);
+  auto g = gradients(sum(square(heads)), {x});
+  EXPECT_EQ(g[0]->spec(), x.spec());
+  EXPECT_LT(max_relative_error(g[0]->to_global(), tessera::affine(t, 2.0)), 1e-15);
+}
+
+TEST(LmOps, ReshapeOfASplitMinorDimensionIsAnError) {
+  Mesh mesh = Mesh::world(MeshShape({"data"}, {world_size()}));
+  const std::int64_t n = world_size();
+  const std::string six_n = std::to_string(6 * n);
+  Var x(ShardedTensor::zeros(mesh, parse_spec("P(None, data)"), {3, 6 * n}, DType::f64, "h"));
+  const std::string where = "'h' [3, " + six_n + "] P(None, data)";
+  try {
+    reshape(x, {18 * n});
+    FAIL();
+  } catch (const ShapeError& e) {
+    EXPECT_EQ(std::string(e.what()), "reshape: " + where + " to [" + std::to_string(18 * n) +
+                                         "]: dimension 1 is split but is not the major dimension of the dimensions " +
+                                         "it merges or splits into; reshard it first");
+  }
+  try {
+    reshape(x, {3, 5});
+    FAIL();
+  } catch (const ShapeError& e) {
+    EXPECT_EQ(std::string(e.what()), "reshape: " + where + " has " + std::to_string(18 * n) +
+                                         " elements, not those of [3, 5]");
+  }
+  // Dimensions of size 1 do not count as major; a split must land on a size it divides.
+  EXPECT_EQ(reshape(x, {3, 1, 6 * n}).spec(), parse_spec("P(None, None, data)"));
+  EXPECT_EQ(reshape(x, {3, 6 * n, 1}).spec(), parse_spec("P(None, data, None)"));
+  if (n > 1) {
+    try {
+      reshape(x, {3, 3, 2 * n});
+      FAIL();
+    } catch (const ShapeError& e) {
+      EXPECT_EQ(std::string(e.what()), "reshape: " + where + " to [3, 3, " + std::to_string(2 * n) +
+                                           "]: dimension 1 (size 3) does not divide over the " + std::to_string(n) +
+                                           " shards of dimension 1; reshard it first");
+    }
+  }
+}
+
+TEST(LmOps, ShapeOpsBadInputNamesTheTensors) {
+  Mesh mesh = testing_util::self_mesh();
+  Var a(ShardedTensor::zeros(mesh, Spec(), {4, 8}, DType::f64, "q"));
+  Var b(ShardedTensor::zeros(mesh, Spec(), {3, 4}, DType::f64, "k"));
+  try {
+    concat({a, b}, 1);
+    FAIL();
+  } catch (const ShapeError& e) {
+    EXPECT_STREQ(e.what(), "concat: 'k' [3, 4] P(None, None) does not fit 'q' [4, 8] P(None, None) along dimension 1");
+  }
+  try {
+    permute(a, {0, 0});
+    FAIL();
+  } catch (const ShapeError& e) {
+    EXPECT_STREQ(e.what(), "permute: (0, 0) is not a permutation of the dimensions of 'q' [4, 8] P(None, None)");
+  }
+  try {
+    split(a, {3, 4}, 1);
+    FAIL();
+  } catch (const ShapeError& e) {
+    EXPECT_STREQ(e.what(), "split: sizes summing to 7 do not cut dimension 1 of 'q' [4, 8] P(None, None)");
   }
 }
 

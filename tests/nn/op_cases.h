@@ -9,6 +9,7 @@
 #include "nn/activations.h"
 #include "nn/einsum.h"
 #include "nn/normalization.h"
+#include "nn/shape_ops.h"
 #include "nn/ops.h"
 
 namespace tessera::nn::testing_ops {
@@ -27,6 +28,17 @@ inline Var weigh(const Var& y) {
       y.mesh(), y.spec().without_partial(), s, y.dtype(),
       [](std::int64_t i) { return 0.5 + 0.25 * static_cast<double>((i * 37) % 11); }, "weights");
   return sum(mul(y, Var(w)));
+}
+
+// reshape, or (where x's spec splits a dimension reshape cannot carry, a ShapeError thrown
+// alike on every rank) reshape after an explicit reshard to replicated; lm_ops_test pins which
+// specs reshape carries without moving anything.
+inline Var reshape_or_gather(const Var& x, const Shape& shape) {
+  try {
+    return reshape(x, shape);
+  } catch (const ShapeError&) {
+    return reshape(reshard(x, Spec::replicated(x.ndim())), shape);
+  }
 }
 
 inline std::vector<OpCase> op_cases() {
@@ -59,6 +71,16 @@ inline std::vector<OpCase> op_cases() {
       {"softmax", {{4, 8}}, [](auto& v) { return weigh(softmax(v[0])); }},
       {"rmsnorm", {{4, 8}, {8}}, [](auto& v) { return weigh(rmsnorm(v[0], v[1])); }},
       {"layernorm", {{4, 8}, {8}, {8}}, [](auto& v) { return weigh(layernorm(v[0], v[1], v[2])); }},
+      {"reshape_merge", {{4, 2, 4}}, [](auto& v) { return weigh(square(reshape_or_gather(v[0], {4, 8}))); }},
+      {"reshape_split", {{8, 4}}, [](auto& v) { return weigh(square(reshape_or_gather(v[0], {2, 4, 4}))); }},
+      {"permute", {{2, 4, 3}}, [](auto& v) { return weigh(square(permute(v[0], {2, 0, 1}))); }},
+      {"transpose", {{4, 8}}, [](auto& v) { return weigh(mul(transpose(v[0], 0, 1), transpose(v[0], -1, -2))); }},
+      {"concat_last", {{4, 8}, {4, 4}}, [](auto& v) { return weigh(square(concat({v[0], v[1]}, 1))); }},
+      {"concat_first", {{4, 8}, {2, 8}}, [](auto& v) { return weigh(square(concat({v[0], v[1]}, 0))); }},
+      {"split", {{4, 8}}, [](auto& v) {
+         auto parts = split(v[0], {3, 5}, 1);
+         return add(weigh(parts[0]), weigh(square(parts[1])));
+       }},
       {"take_layer", {{4, 4, 8}}, [](auto& v) { return weigh(mul(take_layer(v[0], 1), take_layer(v[0], 3))); }},
       {"sum_loss", {{4, 8}}, [](auto& v) { return sum_loss(mul(v[0], v[0])); }},
       {"mse_loss", {{4, 8}, {4, 8}}, [](auto& v) { return mse_loss(v[0], v[1]); }},
