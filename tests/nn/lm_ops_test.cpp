@@ -6,6 +6,8 @@
 #include "collectives/comm_stats.h"
 #include "core/error.h"
 #include "nn/activations.h"
+#include "nn/embedding.h"
+#include "nn/losses.h"
 #include "nn/normalization.h"
 #include "nn/shape_ops.h"
 #include "nn/shard_map.h"
@@ -162,6 +164,106 @@ TEST(LmOps, ShapeOpsBadInputNamesTheTensors) {
     FAIL();
   } catch (const ShapeError& e) {
     EXPECT_STREQ(e.what(), "split: sizes summing to 7 do not cut dimension 1 of 'q' [4, 8] P(None, None)");
+  }
+}
+
+CommRecord ring_all_reduce(Axes axes, int n, std::int64_t block_bytes) {
+  return CommRecord{"all_reduce", std::move(axes), -1, 2 * (n - 1) * block_bytes / n};
+}
+
+// The Megatron shapes on data = world / 2, model = 2: the vocabulary over model, rows over data.
+struct VocabParallel {
+  int data = world_size() / 2;
+  Mesh mesh = Mesh::world(MeshShape({"data", "model"}, {world_size() / 2, 2}));
+  std::int64_t batch = 2 * data, seq = 3, vocabulary = 16, d = 8;
+  ShardedTensor tokens = testing_ops::token_ids(mesh, {batch, seq}, vocabulary);
+};
+
+TEST(LmOps, VocabParallelEmbeddingMovesOnePsumOfItsResult) {
+  if (world_size() < 2) GTEST_SKIP() << "needs a model axis of 2";
+  VocabParallel s;
+  Var table(ShardedTensor::from_fn(
+                s.mesh, parse_spec("P(model, None)"), {s.vocabulary, s.d}, DType::f32,
+                [](std::int64_t i) { return 0.01 * static_cast<double>(i % 97); }, "wte"),
+            true);
+  Var y;
+  std::vector<CommRecord> forward, backward;
+  {
+    CommScope scope;
+    y = embed(table, s.tokens);
+    forward = scope.records();
+  }
+  {
+    CommScope scope;
+    gradients(sum(y), {table});
+    backward = scope.records();
+  }
+  // Forward: the [2, 3, 8] f32 block summed over model; never a gather of the table.
+  EXPECT_EQ(forward, (std::vector<CommRecord>{ring_all_reduce({"model"}, 2, 2 * 3 * 8 * 4)}));
+  // Backward: the table's cotangent ([8, 8] f32 per rank) summed over the batch's data axis.
+  std::vector<CommRecord> want;
+  if (s.data > 1) want.push_back(ring_all_reduce({"data"}, s.data, 8 * 8 * 4));
+  EXPECT_EQ(backward, want);
+  EXPECT_EQ(y.spec(), parse_spec("P(data, None, None)"));
+}
+
+TEST(LmOps, VocabParallelCrossEntropyMovesOnlyMaxAndSumExp) {
+  if (world_size() < 2) GTEST_SKIP() << "needs a model axis of 2";
+  VocabParallel s;
+  Var logits(ShardedTensor::from_fn(
+                 s.mesh, parse_spec("P(data, None, model)"), {s.batch, s.seq, s.vocabulary}, DType::f32,
+                 [](std::int64_t i) { return 0.1 * static_cast<double>((i * 7) % 13); }, "logits"),
+             true);
+  std::vector<CommRecord> forward, backward;
+  Var loss;
+  {
+    CommScope scope;
+    loss = softmax_cross_entropy_with_integer_labels(logits, s.tokens);
+    forward = scope.records();
+  }
+  {
+    CommScope scope;
+    auto g = gradients(loss, {logits});
+    backward = scope.records();
+    EXPECT_EQ(g[0]->spec(), logits.spec());
+  }
+  // The 2 x 3 rows' maxima (f64), then their [sum of exponentials, label logit] pairs; the
+  // [2, 3, 8] logits block never moves.
+  EXPECT_EQ(forward, (std::vector<CommRecord>{ring_all_reduce({"model"}, 2, 2 * 3 * 8),
+                                              ring_all_reduce({"model"}, 2, 2 * 3 * 2 * 8)}));
+  EXPECT_EQ(backward, std::vector<CommRecord>{});
+}
+
+TEST(LmOps, TokensOutsideTheVocabularyAreAnError) {
+  Mesh mesh = testing_util::self_mesh();
+  Var table(ShardedTensor::zeros(mesh, Spec(), {4, 2}, DType::f64, "wte"));
+  ShardedTensor tokens = testing_ops::token_ids(mesh, {3}, 5);  // 3, 3, 3 -> 3, 8 % 5 = 3, ...
+  Tensor bad(Shape{3}, DType::i32);
+  bad.data<std::int32_t>()[1] = 4;
+  ShardedTensor ids = ShardedTensor::from_global(mesh, Spec(), bad, "tokens");
+  try {
+    embed(table, ids);
+    FAIL();
+  } catch (const ShapeError& e) {
+    EXPECT_STREQ(e.what(), "embed: token id 4 in 'tokens' [3] P(None) is outside the vocabulary [0, 4) of 'wte' "
+                           "[4, 2] P(None, None)");
+  }
+  Var logits(ShardedTensor::zeros(mesh, Spec(), {3, 4}, DType::f64, "logits"));
+  try {
+    softmax_cross_entropy_with_integer_labels(logits, ids);
+    FAIL();
+  } catch (const ShapeError& e) {
+    EXPECT_STREQ(e.what(), "softmax_cross_entropy_with_integer_labels: label 4 in 'tokens' [3] P(None) is outside "
+                           "the vocabulary [0, 4) of 'logits' [3, 4] P(None, None)");
+  }
+  try {
+    softmax_cross_entropy_with_integer_labels(logits, tokens);
+    softmax_cross_entropy_with_integer_labels(logits, ShardedTensor::zeros(mesh, Spec(), {4}, DType::i32, "y"));
+    FAIL();
+  } catch (const ShapeError& e) {
+    EXPECT_STREQ(e.what(), "softmax_cross_entropy_with_integer_labels: labels 'y' [4] P(None) (i32) do not fit "
+                           "logits 'logits' [3, 4] P(None, None) (f64): want i32 labels [rows...] for f32 or f64 "
+                           "logits [rows..., V]");
   }
 }
 

@@ -8,6 +8,8 @@
 
 #include "nn/activations.h"
 #include "nn/einsum.h"
+#include "nn/embedding.h"
+#include "nn/losses.h"
 #include "nn/normalization.h"
 #include "nn/shape_ops.h"
 #include "nn/ops.h"
@@ -39,6 +41,17 @@ inline Var reshape_or_gather(const Var& x, const Shape& shape) {
   } catch (const ShapeError&) {
     return reshape(reshard(x, Spec::replicated(x.ndim())), shape);
   }
+}
+
+// Integer ids in [0, vocabulary) for a tensor of `shape`, dimension 0 split over the mesh's
+// first axis where it divides (so that lookups and labels meet split rows).
+inline ShardedTensor token_ids(const Mesh& mesh, const Shape& shape, std::int64_t vocabulary) {
+  Spec spec = Spec::replicated(static_cast<int>(shape.size()));
+  const std::string& first = mesh.shape().names().front();
+  if (shape[0] % mesh.axis_size(first) == 0) spec.dims[0] = {first};
+  return ShardedTensor::from_fn(
+      mesh, spec, shape, DType::i32, [vocabulary](std::int64_t i) { return static_cast<double>((i * 5 + 3) % vocabulary); },
+      "tokens");
 }
 
 inline std::vector<OpCase> op_cases() {
@@ -80,6 +93,10 @@ inline std::vector<OpCase> op_cases() {
       {"split", {{4, 8}}, [](auto& v) {
          auto parts = split(v[0], {3, 5}, 1);
          return add(weigh(parts[0]), weigh(square(parts[1])));
+       }},
+      {"embed", {{8, 4}}, [](auto& v) { return weigh(square(embed(v[0], token_ids(v[0].mesh(), {4, 3}, 8)))); }},
+      {"cross_entropy_integer_labels", {{4, 2, 8}}, [](auto& v) {
+         return softmax_cross_entropy_with_integer_labels(v[0], token_ids(v[0].mesh(), {4, 2}, 8));
        }},
       {"take_layer", {{4, 4, 8}}, [](auto& v) { return weigh(mul(take_layer(v[0], 1), take_layer(v[0], 3))); }},
       {"sum_loss", {{4, 8}}, [](auto& v) { return sum_loss(mul(v[0], v[0])); }},
