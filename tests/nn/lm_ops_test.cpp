@@ -6,6 +6,7 @@
 #include "collectives/comm_stats.h"
 #include "core/error.h"
 #include "nn/activations.h"
+#include "nn/attention.h"
 #include "nn/embedding.h"
 #include "nn/losses.h"
 #include "nn/normalization.h"
@@ -264,6 +265,48 @@ TEST(LmOps, TokensOutsideTheVocabularyAreAnError) {
     EXPECT_STREQ(e.what(), "softmax_cross_entropy_with_integer_labels: labels 'y' [4] P(None) (i32) do not fit "
                            "logits 'logits' [3, 4] P(None, None) (f64): want i32 labels [rows...] for f32 or f64 "
                            "logits [rows..., V]");
+  }
+}
+
+// q, k, v [2, 4, heads, 4] with `spec`, f64 values from `seed`.
+std::vector<Var> qkv(const Mesh& mesh, const Spec& spec, std::int64_t heads) {
+  std::vector<Var> out;
+  for (int i = 0; i < 3; ++i) {
+    out.emplace_back(ShardedTensor::from_global(mesh, spec, test_values({2, 4, heads, 4}, 11 + i)), true);
+  }
+  return out;
+}
+
+TEST(LmOps, AttentionWithHeadsSplitMovesNothingAndSequenceSplitGathersKV) {
+  if (world_size() < 2) GTEST_SKIP() << "needs two axes of size > 1 or one of 2";
+  const int n = world_size();
+  const std::int64_t heads = n;
+  Mesh one = testing_util::self_mesh({"seq", "model"});
+  auto ref = qkv(one, Spec(), heads);
+  Tensor want = causal_attention(ref[0], ref[1], ref[2]).value().to_global();
+  {
+    Mesh mesh = Mesh::world(MeshShape({"seq", "model"}, {1, n}));
+    auto x = qkv(mesh, parse_spec("P(None, None, model, None)"), heads);
+    CommScope scope;
+    Var y = causal_attention(x[0], x[1], x[2]);
+    EXPECT_EQ(scope.total_bytes(), 0);
+    EXPECT_EQ(y.spec(), x[0].spec());
+    EXPECT_LT(max_relative_error(y.value().to_global(), want), 1e-12);
+  }
+  {
+    Mesh mesh = Mesh::world(MeshShape({"seq", "model"}, {2, n / 2}));
+    auto x = qkv(mesh, parse_spec("P(None, seq, model, None)"), heads);
+    CommScope scope;
+    Var y = causal_attention(x[0], x[1], x[2]);
+    auto records = scope.records();
+    ASSERT_EQ(records.size(), 2u);
+    for (const auto& r : records) {
+      EXPECT_EQ(r.op, "all_gather");
+      EXPECT_EQ(r.axes, Axes{"seq"});
+      EXPECT_EQ(r.dim, 1);
+    }
+    EXPECT_EQ(y.spec(), x[0].spec());
+    EXPECT_LT(max_relative_error(y.value().to_global(), want), 1e-12);
   }
 }
 

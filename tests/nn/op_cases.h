@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "nn/activations.h"
+#include "nn/attention.h"
 #include "nn/einsum.h"
 #include "nn/embedding.h"
 #include "nn/losses.h"
@@ -97,6 +98,10 @@ inline std::vector<OpCase> op_cases() {
       {"embed", {{8, 4}}, [](auto& v) { return weigh(square(embed(v[0], token_ids(v[0].mesh(), {4, 3}, 8)))); }},
       {"cross_entropy_integer_labels", {{4, 2, 8}}, [](auto& v) {
          return softmax_cross_entropy_with_integer_labels(v[0], token_ids(v[0].mesh(), {4, 2}, 8));
+       }},
+      {"rotary", {{2, 4, 2, 4}}, [](auto& v) { return weigh(square(rotary(v[0], 100.0, 1))); }},
+      {"causal_attention", {{2, 4, 2, 4}, {2, 4, 2, 4}, {2, 4, 2, 4}}, [](auto& v) {
+         return weigh(causal_attention(v[0], v[1], v[2]));
        }},
       {"take_layer", {{4, 4, 8}}, [](auto& v) { return weigh(mul(take_layer(v[0], 1), take_layer(v[0], 3))); }},
       {"sum_loss", {{4, 8}}, [](auto& v) { return sum_loss(mul(v[0], v[0])); }},
