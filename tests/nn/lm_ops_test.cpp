@@ -52,6 +52,27 @@ TEST(LmOps, EveryOpInsideShardMapMatchesTheGlobalView) {
   }
 }
 
+TEST(LmOps, EveryOpInF32AgreesWithF64) {
+  Mesh mesh = testing_util::self_mesh();
+  for (const auto& c : testing_ops::op_cases()) {
+    double values[2];
+    int at = 0;
+    for (DType dtype : {DType::f64, DType::f32}) {
+      std::vector<Var> vars;
+      for (std::size_t i = 0; i < c.shapes.size(); ++i) {
+        vars.emplace_back(ShardedTensor::from_global(
+                              mesh, Spec(), test_values(c.shapes[i], static_cast<int>(i) + 3, dtype, c.positive_inputs)),
+                          true);
+      }
+      Var loss = c.fn(vars);
+      EXPECT_EQ(loss.dtype(), dtype) << c.name;
+      ASSERT_TRUE(gradients(loss, vars)[0].has_value()) << c.name;
+      values[at++] = scalar_value(loss.value());
+    }
+    EXPECT_NEAR(values[1], values[0], 1e-5 * std::max(1.0, std::abs(values[0]))) << c.name;
+  }
+}
+
 TEST(LmOps, ActivationsAreStableAtLargeInputsInF32) {
   Mesh mesh = testing_util::self_mesh();
   Tensor t(Shape{4}, DType::f32);
