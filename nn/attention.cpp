@@ -16,10 +16,6 @@ namespace tessera::nn {
 
 namespace {
 
-std::string describe(const ShardedTensor& x) {
-  return "'" + x.name() + "' " + shape_to_string(x.global_shape()) + " " + x.spec().to_string();
-}
-
 // Rotates x's block (sign = +1) or applies the inverse rotation (sign = -1).
 template <class T>
 void rotate(const Tensor& in, Tensor& out, std::int64_t seq_offset, double base, double sign) {
@@ -55,7 +51,7 @@ ShardedTensor rotate_value(const ShardedTensor& x, double base, std::int64_t off
 
 void check_bshd(const char* op, const ShardedTensor& x) {
   if (x.ndim() != 4 || (x.dtype() != DType::f32 && x.dtype() != DType::f64)) {
-    throw ShapeError(std::string(op) + ": " + describe(x) + " is not an f32 or f64 [batch, seq, heads, d_head]");
+    throw ShapeError(std::string(op) + ": " + operand_string(x) + " is not an f32 or f64 [batch, seq, heads, d_head]");
   }
 }
 
@@ -63,7 +59,7 @@ void check_bshd(const char* op, const ShardedTensor& x) {
 
 Var rotary(const Var& x, double base, std::int64_t offset) {
   check_bshd("rotary", x.value());
-  if (x.shape()[3] % 2 != 0) throw ShapeError("rotary: d_head of " + describe(x.value()) + " is odd");
+  if (x.shape()[3] % 2 != 0) throw ShapeError("rotary: d_head of " + operand_string(x.value()) + " is odd");
   ShardedTensor in = x.value();
   if (!in.spec().axes(3).empty()) {
     Spec whole = in.spec();
@@ -82,8 +78,8 @@ Var causal_attention(const Var& q, const Var& k, const Var& v) {
   check_bshd("causal_attention", k.value());
   check_bshd("causal_attention", v.value());
   if (q.shape() != k.shape() || q.shape() != v.shape()) {
-    throw ShapeError("causal_attention: q " + describe(q.value()) + ", k " + describe(k.value()) + " and v " +
-                     describe(v.value()) + " differ in shape");
+    throw ShapeError("causal_attention: q " + operand_string(q.value()) + ", k " + operand_string(k.value()) + " and v " +
+                     operand_string(v.value()) + " differ in shape");
   }
   check_same_mesh(q.value(), k.value(), "causal_attention");
   check_same_mesh(q.value(), v.value(), "causal_attention");

@@ -12,10 +12,6 @@ namespace tessera::nn {
 
 namespace {
 
-std::string describe(const ShardedTensor& x) {
-  return "'" + x.name() + "' " + shape_to_string(x.global_shape()) + " " + x.spec().to_string();
-}
-
 bool contains(const Axes& axes, const std::string& a) { return std::find(axes.begin(), axes.end(), a) != axes.end(); }
 
 Axes without(const Axes& axes, const Axes& drop) {
@@ -65,13 +61,13 @@ void scatter_add(const Tensor& g, const Tensor& tokens, std::int64_t v0, Tensor&
 Var embed(const Var& table_var, const ShardedTensor& tokens_in) {
   const ShardedTensor& table_in = table_var.value();
   check_same_mesh(table_in, tokens_in, "embed");
-  if (table_in.ndim() != 2) throw ShapeError("embed: table " + describe(table_in) + " is not [vocabulary, d]");
+  if (table_in.ndim() != 2) throw ShapeError("embed: table " + operand_string(table_in) + " is not [vocabulary, d]");
   if (tokens_in.dtype() != DType::i32) {
-    throw ShapeError("embed: tokens " + describe(tokens_in) + " have dtype " + std::string(dtype_name(tokens_in.dtype())) +
+    throw ShapeError("embed: tokens " + operand_string(tokens_in) + " have dtype " + std::string(dtype_name(tokens_in.dtype())) +
                      ", not i32");
   }
   if (table_in.dtype() != DType::f32 && table_in.dtype() != DType::f64) {
-    throw ShapeError("embed: table " + describe(table_in) + " is not f32 or f64");
+    throw ShapeError("embed: table " + operand_string(table_in) + " is not f32 or f64");
   }
   const Mesh& mesh = table_in.mesh();
   ShardedTensor table = resolve_partial(table_in);
@@ -90,8 +86,8 @@ Var embed(const Var& table_var, const ShardedTensor& tokens_in) {
     const std::int32_t* ids = tokens.local().data<std::int32_t>();
     for (std::int64_t i = 0; i < tokens.local().numel(); ++i) {
       if (ids[i] < 0 || ids[i] >= vocabulary) {
-        throw ShapeError("embed: token id " + std::to_string(ids[i]) + " in " + describe(tokens_in) +
-                         " is outside the vocabulary [0, " + std::to_string(vocabulary) + ") of " + describe(table_in));
+        throw ShapeError("embed: token id " + std::to_string(ids[i]) + " in " + operand_string(tokens_in) +
+                         " is outside the vocabulary [0, " + std::to_string(vocabulary) + ") of " + operand_string(table_in));
       }
     }
   }

@@ -13,10 +13,6 @@ namespace tessera::nn {
 
 namespace {
 
-std::string describe(const ShardedTensor& x) {
-  return "'" + x.name() + "' " + shape_to_string(x.global_shape()) + " " + x.spec().to_string();
-}
-
 // Mesh axes of `dims`, in the mesh's order.
 Axes axes_of(const std::vector<Axes>& dims, const Mesh& mesh) {
   Axes out;
@@ -83,8 +79,8 @@ Var softmax_cross_entropy_with_integer_labels(const Var& logits_var, const Shard
               (logits_in.dtype() == DType::f32 || logits_in.dtype() == DType::f64);
   for (int d = 0; fits && d < last; ++d) fits = labels_in.global_shape()[d] == logits_in.global_shape()[d];
   if (!fits) {
-    throw ShapeError(std::string(op) + ": labels " + describe(labels_in) + " (" +
-                     std::string(dtype_name(labels_in.dtype())) + ") do not fit logits " + describe(logits_in) + " (" +
+    throw ShapeError(std::string(op) + ": labels " + operand_string(labels_in) + " (" +
+                     std::string(dtype_name(labels_in.dtype())) + ") do not fit logits " + operand_string(logits_in) + " (" +
                      std::string(dtype_name(logits_in.dtype())) + "): want i32 labels [rows...] for f32 or f64 " +
                      "logits [rows..., V]");
   }
@@ -101,9 +97,9 @@ Var softmax_cross_entropy_with_integer_labels(const Var& logits_var, const Shard
     const std::int32_t* ids = labels.local().data<std::int32_t>();
     for (std::int64_t r = 0; r < rows; ++r) {
       if (ids[r] < 0 || ids[r] >= vocabulary) {
-        throw ShapeError(std::string(op) + ": label " + std::to_string(ids[r]) + " in " + describe(labels_in) +
+        throw ShapeError(std::string(op) + ": label " + std::to_string(ids[r]) + " in " + operand_string(labels_in) +
                          " is outside the vocabulary [0, " + std::to_string(vocabulary) + ") of " +
-                         describe(logits_in));
+                         operand_string(logits_in));
       }
     }
   }

@@ -13,14 +13,10 @@ namespace tessera::nn {
 
 namespace {
 
-std::string describe(const ShardedTensor& x) {
-  return "'" + x.name() + "' " + shape_to_string(x.global_shape()) + " " + x.spec().to_string();
-}
-
 int normalize_dim(int dim, int ndim, const char* op, const ShardedTensor& x) {
   if (dim < 0) dim += ndim;
   if (dim < 0 || dim >= ndim) {
-    throw ShapeError(std::string(op) + ": dimension " + std::to_string(dim) + " out of range for " + describe(x));
+    throw ShapeError(std::string(op) + ": dimension " + std::to_string(dim) + " out of range for " + operand_string(x));
   }
   return dim;
 }
@@ -44,7 +40,7 @@ Spec reshaped_spec(const ShardedTensor& x, const Shape& shape) {
     if (i < no) po *= old[i], olds.push_back(i++);
     if (j < nn) pn *= shape[j], news.push_back(j++);
     while (po != pn) {
-      if ((po < pn && i >= no) || (po > pn && j >= nn)) throw ShapeError("reshape: no grouping of " + describe(x) + " into " + shape_to_string(shape));
+      if ((po < pn && i >= no) || (po > pn && j >= nn)) throw ShapeError("reshape: no grouping of " + operand_string(x) + " into " + shape_to_string(shape));
       if (po < pn) po *= old[i], olds.push_back(i++);
       else pn *= shape[j], news.push_back(j++);
     }
@@ -58,13 +54,13 @@ Spec reshaped_spec(const ShardedTensor& x, const Shape& shape) {
       const Axes& axes = x.spec().axes(d);
       if (axes.empty()) continue;
       if (d != old_major) {
-        throw ShapeError("reshape: " + describe(x) + " to " + shape_to_string(shape) + ": dimension " +
+        throw ShapeError("reshape: " + operand_string(x) + " to " + shape_to_string(shape) + ": dimension " +
                          std::to_string(d) + " is split but is not the major dimension of the dimensions it " +
                          "merges or splits into; reshard it first");
       }
       const std::int64_t k = axes_size(x.mesh(), axes);
       if (new_major < 0 || shape[new_major] % k != 0) {
-        throw ShapeError("reshape: " + describe(x) + " to " + shape_to_string(shape) + ": dimension " +
+        throw ShapeError("reshape: " + operand_string(x) + " to " + shape_to_string(shape) + ": dimension " +
                          std::to_string(new_major) + " (size " + std::to_string(new_major < 0 ? 0 : shape[new_major]) +
                          ") does not divide over the " + std::to_string(k) + " shards of dimension " +
                          std::to_string(d) + "; reshard it first");
@@ -124,7 +120,7 @@ Var reshape(const Var& x, Shape shape) {
   }
   if (inferred >= 0 && known > 0 && total % known == 0) shape[inferred] = total / known;
   if (numel(shape) != total || std::any_of(shape.begin(), shape.end(), [](std::int64_t s) { return s < 0; })) {
-    throw ShapeError("reshape: " + describe(x.value()) + " has " + std::to_string(total) + " elements, not those of " +
+    throw ShapeError("reshape: " + operand_string(x.value()) + " has " + std::to_string(total) + " elements, not those of " +
                      shape_to_string(shape));
   }
   ShardedTensor y = reshape_value(x.value(), shape);
@@ -144,7 +140,7 @@ Var permute(const Var& x, const std::vector<int>& perm) {
   if (sorted != identity) {
     std::string p;
     for (int d : perm) p += (p.empty() ? "" : ", ") + std::to_string(d);
-    throw ShapeError("permute: (" + p + ") is not a permutation of the dimensions of " + describe(x.value()));
+    throw ShapeError("permute: (" + p + ") is not a permutation of the dimensions of " + operand_string(x.value()));
   }
   std::vector<int> inverse(perm.size());
   for (int d = 0; d < x.ndim(); ++d) inverse[perm[d]] = d;
@@ -175,7 +171,7 @@ Var concat(const std::vector<Var>& xs, int dim) {
     bool fits = x.ndim() == first.ndim() && x.dtype() == first.dtype();
     for (int d = 0; fits && d < first.ndim(); ++d) fits = d == dim || x.shape()[d] == first.global_shape()[d];
     if (!fits) {
-      throw ShapeError("concat: " + describe(x.value()) + " does not fit " + describe(first) + " along dimension " +
+      throw ShapeError("concat: " + operand_string(x.value()) + " does not fit " + operand_string(first) + " along dimension " +
                        std::to_string(dim));
     }
     starts.push_back(extent);
@@ -212,7 +208,7 @@ Var slice(const Var& x, int dim, std::int64_t start, std::int64_t length) {
   const std::int64_t extent = x.shape()[dim];
   if (start < 0 || length < 0 || start + length > extent) {
     throw ShapeError("slice: [" + std::to_string(start) + ", " + std::to_string(start + length) + ") of dimension " +
-                     std::to_string(dim) + " is out of range for " + describe(x.value()));
+                     std::to_string(dim) + " is out of range for " + operand_string(x.value()));
   }
   ShardedTensor src = x.spec().axes(dim).empty() ? x.value() : whole_along(x.value(), dim);
   Shape shape = src.global_shape(), block = src.local().shape();
@@ -232,7 +228,7 @@ std::vector<Var> split(const Var& x, const std::vector<std::int64_t>& sizes, int
   for (auto s : sizes) total += s;
   if (total != x.shape()[dim]) {
     throw ShapeError("split: sizes summing to " + std::to_string(total) + " do not cut dimension " +
-                     std::to_string(dim) + " of " + describe(x.value()));
+                     std::to_string(dim) + " of " + operand_string(x.value()));
   }
   std::vector<Var> out;
   std::int64_t start = 0;
