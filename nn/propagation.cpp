@@ -18,6 +18,10 @@ ShardedTensor to_spec(const ShardedTensor& x, const Spec& target) {
   return x.spec() == target ? x : reshard(x, target);
 }
 
+std::string operand_string(const ShardedTensor& x) {
+  return "'" + x.name() + "' " + shape_to_string(x.global_shape()) + " " + x.spec().to_string();
+}
+
 void check_same_mesh(const ShardedTensor& a, const ShardedTensor& b, std::string_view op) {
   if (!(a.mesh() == b.mesh())) {
     throw MeshError(std::string(op) + ": operands '" + a.name() + "' on " + a.mesh().to_string() + " and '" + b.name() +

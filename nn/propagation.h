@@ -14,6 +14,8 @@ std::int64_t reshard_bytes(const ShardedTensor& x, const Spec& target);
 ShardedTensor resolve_partial(const ShardedTensor& x);
 // x resharded to `target` unless it is there already (no copy of the data then).
 ShardedTensor to_spec(const ShardedTensor& x, const Spec& target);
+// "'name' [shape] spec": how an op's error message names an operand.
+std::string operand_string(const ShardedTensor& x);
 // Throws MeshError unless a and b live on the same mesh; `op` names the op in the message.
 void check_same_mesh(const ShardedTensor& a, const ShardedTensor& b, std::string_view op);
 

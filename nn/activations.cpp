@@ -1,0 +1,99 @@
+// Activations: one local kernel per function and its derivative, applied to each rank's block.
+#include "nn/activations.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "core/error.h"
+#include "nn/ops.h"
+#include "nn/propagation.h"
+
+namespace tessera::nn {
+
+namespace {
+
+// fn applied to every element of x's block (partial axes reduced first: fn is nonlinear).
+template <class Fn>
+ShardedTensor map_elements(const ShardedTensor& x, const char* op, Fn fn) {
+  ShardedTensor in = resolve_partial(x);
+  Tensor out(in.local().shape(), in.dtype());
+  auto apply = [&](auto tag) {
+    using T = decltype(tag);
+    const T* src = in.local().data<T>();
+    T* dst = out.data<T>();
+    for (std::int64_t i = 0; i < out.numel(); ++i) dst[i] = static_cast<T>(fn(static_cast<double>(src[i])));
+  };
+  switch (in.dtype()) {
+    case DType::f32:
+      apply(float{});
+      break;
+    case DType::f64:
+      apply(double{});
+      break;
+    default:
+      throw ShapeError(std::string(op) + ": '" + x.name() + "' has dtype " + std::string(dtype_name(x.dtype())) +
+                       ", not a floating-point one");
+  }
+  return ShardedTensor(in.mesh(), in.spec(), in.global_shape(), std::move(out));
+}
+
+// An elementwise op: y = f(x), dx = g * f'(x).
+template <class F, class DF>
+Var elementwise(const Var& x, const char* op, F f, DF df) {
+  return make_result(op, map_elements(x.value(), op, f), {x}, [x, op, df](const ShardedTensor& g, GradSink& sink) {
+    sink.add(0, binary(BinaryOp::mul, g, map_elements(x.value(), op, df)));
+  });
+}
+
+// sigmoid without overflow: exp of a non-positive number only.
+double sigmoid(double x) {
+  if (x >= 0) return 1.0 / (1.0 + std::exp(-x));
+  const double e = std::exp(x);
+  return e / (1.0 + e);
+}
+
+constexpr double inv_sqrt2 = 0.70710678118654752440;
+constexpr double inv_sqrt_2pi = 0.39894228040143267794;
+constexpr double sqrt_2_over_pi = 0.79788456080286535588;
+constexpr double gelu_cubic = 0.044715;
+
+}  // namespace
+
+Var gelu(const Var& x) {
+  return elementwise(
+      x, "gelu", [](double v) { return 0.5 * v * std::erfc(-v * inv_sqrt2); },
+      // Phi(x) + x * phi(x)
+      [](double v) { return 0.5 * std::erfc(-v * inv_sqrt2) + v * inv_sqrt_2pi * std::exp(-0.5 * v * v); });
+}
+
+Var gelu_tanh(const Var& x) {
+  return elementwise(
+      x, "gelu_tanh",
+      [](double v) { return 0.5 * v * (1.0 + std::tanh(sqrt_2_over_pi * (v + gelu_cubic * v * v * v))); },
+      [](double v) {
+        const double t = std::tanh(sqrt_2_over_pi * (v + gelu_cubic * v * v * v));
+        return 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * sqrt_2_over_pi * (1.0 + 3.0 * gelu_cubic * v * v);
+      });
+}
+
+Var silu(const Var& x) {
+  return elementwise(
+      x, "silu", [](double v) { return v * sigmoid(v); },
+      [](double v) {
+        const double s = sigmoid(v);
+        return s * (1.0 + v * (1.0 - s));
+      });
+}
+
+Var rsqrt(const Var& x, double eps) {
+  return elementwise(
+      x, "rsqrt", [eps](double v) { return 1.0 / std::sqrt(v + eps); },
+      [eps](double v) { return -0.5 / ((v + eps) * std::sqrt(v + eps)); });
+}
+
+Var softmax(const Var& x) {
+  if (x.ndim() < 1) throw ShapeError("softmax: needs at least one dimension");
+  return exp(log_softmax(x));
+}
+
+}  // namespace tessera::nn

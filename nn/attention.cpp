@@ -1,0 +1,104 @@
+// Rotary embeddings (a local rotation by global positions) and causal attention composed from
+// einsum, a constant mask and softmax, with K and V resharded explicitly for context parallelism.
+#include "nn/attention.h"
+
+#include <cmath>
+#include <limits>
+
+#include "collectives/reshard.h"
+#include "core/error.h"
+#include "nn/activations.h"
+#include "nn/einsum.h"
+#include "nn/ops.h"
+#include "nn/propagation.h"
+
+namespace tessera::nn {
+
+namespace {
+
+// Rotates x's block (sign = +1) or applies the inverse rotation (sign = -1).
+template <class T>
+void rotate(const Tensor& in, Tensor& out, std::int64_t seq_offset, double base, double sign) {
+  const Shape& s = in.shape();
+  const std::int64_t batch = s[0], seq = s[1], heads = s[2], dh = s[3], half = dh / 2;
+  const T* x = in.data<T>();
+  T* y = out.data<T>();
+  for (std::int64_t b = 0; b < batch; ++b) {
+    for (std::int64_t p = 0; p < seq; ++p) {
+      const double pos = static_cast<double>(seq_offset + p);
+      for (std::int64_t i = 0; i < half; ++i) {
+        const double angle = pos * std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(dh));
+        const double c = std::cos(angle), sn = sign * std::sin(angle);
+        for (std::int64_t h = 0; h < heads; ++h) {
+          const std::int64_t at = ((b * seq + p) * heads + h) * dh;
+          const double x1 = x[at + i], x2 = x[at + i + half];
+          y[at + i] = static_cast<T>(x1 * c - x2 * sn);
+          y[at + i + half] = static_cast<T>(x2 * c + x1 * sn);
+        }
+      }
+    }
+  }
+}
+
+ShardedTensor rotate_value(const ShardedTensor& x, double base, std::int64_t offset, double sign) {
+  const Mesh& mesh = x.mesh();
+  const std::int64_t seq0 = block_offsets(x.spec(), mesh.shape(), x.global_shape(), mesh.coords())[1];
+  Tensor out(x.local().shape(), x.dtype());
+  if (x.dtype() == DType::f32) rotate<float>(x.local(), out, seq0 + offset, base, sign);
+  else rotate<double>(x.local(), out, seq0 + offset, base, sign);
+  return ShardedTensor(mesh, x.spec(), x.global_shape(), std::move(out));
+}
+
+void check_bshd(const char* op, const ShardedTensor& x) {
+  if (x.ndim() != 4 || (x.dtype() != DType::f32 && x.dtype() != DType::f64)) {
+    throw ShapeError(std::string(op) + ": " + operand_string(x) + " is not an f32 or f64 [batch, seq, heads, d_head]");
+  }
+}
+
+}  // namespace
+
+Var rotary(const Var& x, double base, std::int64_t offset) {
+  check_bshd("rotary", x.value());
+  if (x.shape()[3] % 2 != 0) throw ShapeError("rotary: d_head of " + operand_string(x.value()) + " is odd");
+  ShardedTensor in = x.value();
+  if (!in.spec().axes(3).empty()) {
+    Spec whole = in.spec();
+    whole.dims[3].clear();
+    in = reshard(in, whole);
+  }
+  ShardedTensor y = rotate_value(in, base, offset, 1.0);
+  Spec y_spec = y.spec();
+  return make_result("rotary", std::move(y), {x}, [base, offset, y_spec](const ShardedTensor& g, GradSink& sink) {
+    sink.add(0, rotate_value(to_spec(g, y_spec.without_partial()), base, offset, -1.0));
+  });
+}
+
+Var causal_attention(const Var& q, const Var& k, const Var& v) {
+  check_bshd("causal_attention", q.value());
+  check_bshd("causal_attention", k.value());
+  check_bshd("causal_attention", v.value());
+  if (q.shape() != k.shape() || q.shape() != v.shape()) {
+    throw ShapeError("causal_attention: q " + operand_string(q.value()) + ", k " + operand_string(k.value()) + " and v " +
+                     operand_string(v.value()) + " differ in shape");
+  }
+  check_same_mesh(q.value(), k.value(), "causal_attention");
+  check_same_mesh(q.value(), v.value(), "causal_attention");
+  // K and V: q's spec with the sequence whole (the all-gather of context parallelism).
+  Spec kv_spec = q.spec().without_partial();
+  kv_spec.dims[1].clear();
+  Var kw = k.spec() == kv_spec ? k : reshard(k, kv_spec);
+  Var vw = v.spec() == kv_spec ? v : reshard(v, kv_spec);
+  const double scale_factor = 1.0 / std::sqrt(static_cast<double>(q.shape()[3]));
+  Var scores = scale(einsum("bqhd,bkhd->bhqk", q, kw), scale_factor);
+  // -inf above the diagonal; the diagonal is always kept, so every row's max is finite.
+  Spec mask_spec(std::vector<Axes>{scores.spec().axes(2), scores.spec().axes(3)});
+  const std::int64_t seq = q.shape()[1];
+  ShardedTensor mask = ShardedTensor::from_fn(
+      q.mesh(), mask_spec, Shape{seq, seq}, q.dtype(),
+      [seq](std::int64_t i) { return i % seq > i / seq ? -std::numeric_limits<double>::infinity() : 0.0; },
+      "causal_mask");
+  Var probabilities = softmax(add(scores, Var(mask)));
+  return einsum("bhqk,bkhd->bqhd", probabilities, vw);
+}
+
+}  // namespace tessera::nn

@@ -1,0 +1,335 @@
+// The language-model ops (activations, normalisations) beyond the every-mesh and
+// finite-difference suites that op_cases.h feeds: each one inside shard_map on the local one-rank
+// mesh gives the global view's loss and gradients, and bad input names the op and the tensors.
+#include <gtest/gtest.h>
+
+#include "collectives/comm_stats.h"
+#include "core/error.h"
+#include "nn/activations.h"
+#include "nn/attention.h"
+#include "nn/embedding.h"
+#include "nn/losses.h"
+#include "nn/normalization.h"
+#include "nn/shape_ops.h"
+#include "nn/shard_map.h"
+#include "tests/nn/nn_test_util.h"
+#include "tests/nn/op_cases.h"
+#include "tests/test_meshes.h"
+
+namespace tessera::nn {
+namespace {
+
+using testing_support::world_size;
+using testing_util::max_relative_error;
+using testing_util::test_values;
+
+TEST(LmOps, EveryOpInsideShardMapMatchesTheGlobalView) {
+  for (const auto& shape : testing_support::meshes_2d_of_size(world_size())) {
+    Mesh mesh = Mesh::world(shape);
+    for (const auto& c : testing_ops::op_cases()) {
+      std::vector<Var> global_vars, mapped_vars;
+      std::vector<Spec> in_specs;
+      for (std::size_t i = 0; i < c.shapes.size(); ++i) {
+        Tensor t = test_values(c.shapes[i], static_cast<int>(i) + 3, DType::f64, c.positive_inputs);
+        global_vars.emplace_back(ShardedTensor::from_global(mesh, Spec(), t), true);
+        mapped_vars.emplace_back(ShardedTensor::from_global(mesh, Spec(), t), true);
+        in_specs.push_back(Spec::replicated(static_cast<int>(c.shapes[i].size())));
+      }
+      const std::string label = shape.to_string() + " " + c.name;
+      Var want = c.fn(global_vars);
+      Var got = shard_map(
+          mesh, [&c](const std::vector<Var>& blocks) { return std::vector<Var>{c.fn(blocks)}; }, in_specs, {Spec()},
+          mapped_vars)[0];
+      EXPECT_NEAR(scalar_value(got.value()), scalar_value(want.value()), 1e-12) << label;
+      auto want_grads = gradients(want, global_vars);
+      auto got_grads = gradients(got, mapped_vars);
+      for (std::size_t i = 0; i < c.shapes.size(); ++i) {
+        ASSERT_TRUE(got_grads[i].has_value()) << label;
+        EXPECT_LT(max_relative_error(got_grads[i]->to_global(), want_grads[i]->to_global(), 1e-12), 1e-12)
+            << label << " input " << i;
+      }
+    }
+  }
+}
+
+TEST(LmOps, EveryOpInF32AgreesWithF64) {
+  Mesh mesh = testing_util::self_mesh();
+  for (const auto& c : testing_ops::op_cases()) {
+    double values[2];
+    int at = 0;
+    for (DType dtype : {DType::f64, DType::f32}) {
+      std::vector<Var> vars;
+      for (std::size_t i = 0; i < c.shapes.size(); ++i) {
+        vars.emplace_back(ShardedTensor::from_global(
+                              mesh, Spec(), test_values(c.shapes[i], static_cast<int>(i) + 3, dtype, c.positive_inputs)),
+                          true);
+      }
+      Var loss = c.fn(vars);
+      EXPECT_EQ(loss.dtype(), dtype) << c.name;
+      ASSERT_TRUE(gradients(loss, vars)[0].has_value()) << c.name;
+      values[at++] = scalar_value(loss.value());
+    }
+    EXPECT_NEAR(values[1], values[0], 1e-5 * std::max(1.0, std::abs(values[0]))) << c.name;
+  }
+}
+
+TEST(LmOps, ActivationsAreStableAtLargeInputsInF32) {
+  Mesh mesh = testing_util::self_mesh();
+  Tensor t(Shape{4}, DType::f32);
+  float* v = t.data<float>();
+  v[0] = -1000.f;
+  v[1] = 1000.f;
+  v[2] = -30.f;
+  v[3] = 30.f;
+  Var x(ShardedTensor::from_global(mesh, Spec(), t), true);
+  Tensor s = silu(x).value().to_global();
+  Tensor g = gelu(x).value().to_global();
+  EXPECT_EQ(s.at(0), 0.0);
+  EXPECT_EQ(s.at(1), 1000.0);
+  EXPECT_EQ(g.at(0), 0.0);
+  EXPECT_EQ(g.at(1), 1000.0);
+  Tensor sm = softmax(x).value().to_global();
+  EXPECT_EQ(sm.at(1), 1.0);
+  EXPECT_EQ(sm.at(0), 0.0);
+}
+
+TEST(LmOps, NormalisationWeightOfTheWrongShapeIsAnError) {
+  Mesh mesh = testing_util::self_mesh();
+  Var x(ShardedTensor::zeros(mesh, Spec(), {4, 8}, DType::f64, "h"));
+  Var w(ShardedTensor::zeros(mesh, Spec(), {6}, DType::f64, "norm_scale"));
+  Var b(ShardedTensor::zeros(mesh, Spec(), {8}, DType::f64, "norm_bias"));
+  try {
+    rmsnorm(x, w);
+    FAIL();
+  } catch (const ShapeError& e) {
+    EXPECT_STREQ(e.what(), "rmsnorm: weight 'norm_scale' [6] does not match the last dimension of 'h' [4, 8]");
+  }
+  try {
+    layernorm(x, b, w);
+    FAIL();
+  } catch (const ShapeError& e) {
+    EXPECT_STREQ(e.what(), "layernorm: bias 'norm_scale' [6] does not match the last dimension of 'h' [4, 8]");
+  }
+}
+
+TEST(LmOps, ReshapeKeepsASplitOnTheMajorDimensionWithoutMoving) {
+  Mesh mesh = Mesh::world(MeshShape({"data", "model"}, {world_size(), 1}));
+  const std::int64_t n = world_size();
+  Tensor t = test_values({2 * n, 3, 4}, 5);
+  Var x(ShardedTensor::from_global(mesh, parse_spec("P(data, None, model)"), t, "h"), true);
+  CommScope scope;
+  Var merged = reshape(x, {2 * n * 3, 4});  // (2n, 3) merge: data stays on the major part
+  Var heads = reshape(merged, {2 * n, 3, 2, 2});  // and comes back; 4 splits into (2, 2)
+  EXPECT_EQ(scope.total_bytes(), 0);
+  EXPECT_EQ(merged.spec(), parse_spec("P(data, model)"));
+  EXPECT_EQ(heads.spec(), parse_spec("P(data, None, model, None)"));
+  EXPECT_LT(max_relative_error(reshape(heads, {2 * n, 3, 4}).value().to_global(), t), 1e-15);
+  auto g = gradients(sum(square(heads)), {x});
+  EXPECT_EQ(g[0]->spec(), x.spec());
+  EXPECT_LT(max_relative_error(g[0]->to_global(), tessera::affine(t, 2.0)), 1e-15);
+}
+
+TEST(LmOps, ReshapeOfASplitMinorDimensionIsAnError) {
+  Mesh mesh = Mesh::world(MeshShape({"data"}, {world_size()}));
+  const std::int64_t n = world_size();
+  const std::string six_n = std::to_string(6 * n);
+  Var x(ShardedTensor::zeros(mesh, parse_spec("P(None, data)"), {3, 6 * n}, DType::f64, "h"));
+  const std::string where = "'h' [3, " + six_n + "] P(None, data)";
+  try {
+    reshape(x, {18 * n});
+    FAIL();
+  } catch (const ShapeError& e) {
+    EXPECT_EQ(std::string(e.what()), "reshape: " + where + " to [" + std::to_string(18 * n) +
+                                         "]: dimension 1 is split but is not the major dimension of the dimensions " +
+                                         "it merges or splits into; reshard it first");
+  }
+  try {
+    reshape(x, {3, 5});
+    FAIL();
+  } catch (const ShapeError& e) {
+    EXPECT_EQ(std::string(e.what()), "reshape: " + where + " has " + std::to_string(18 * n) +
+                                         " elements, not those of [3, 5]");
+  }
+  // Dimensions of size 1 do not count as major; a split must land on a size it divides.
+  EXPECT_EQ(reshape(x, {3, 1, 6 * n}).spec(), parse_spec("P(None, None, data)"));
+  EXPECT_EQ(reshape(x, {3, 6 * n, 1}).spec(), parse_spec("P(None, data, None)"));
+  if (n > 1) {
+    try {
+      reshape(x, {3, 3, 2 * n});
+      FAIL();
+    } catch (const ShapeError& e) {
+      EXPECT_EQ(std::string(e.what()), "reshape: " + where + " to [3, 3, " + std::to_string(2 * n) +
+                                           "]: dimension 1 (size 3) does not divide over the " + std::to_string(n) +
+                                           " shards of dimension 1; reshard it first");
+    }
+  }
+}
+
+TEST(LmOps, ShapeOpsBadInputNamesTheTensors) {
+  Mesh mesh = testing_util::self_mesh();
+  Var a(ShardedTensor::zeros(mesh, Spec(), {4, 8}, DType::f64, "q"));
+  Var b(ShardedTensor::zeros(mesh, Spec(), {3, 4}, DType::f64, "k"));
+  try {
+    concat({a, b}, 1);
+    FAIL();
+  } catch (const ShapeError& e) {
+    EXPECT_STREQ(e.what(), "concat: 'k' [3, 4] P(None, None) does not fit 'q' [4, 8] P(None, None) along dimension 1");
+  }
+  try {
+    permute(a, {0, 0});
+    FAIL();
+  } catch (const ShapeError& e) {
+    EXPECT_STREQ(e.what(), "permute: (0, 0) is not a permutation of the dimensions of 'q' [4, 8] P(None, None)");
+  }
+  try {
+    split(a, {3, 4}, 1);
+    FAIL();
+  } catch (const ShapeError& e) {
+    EXPECT_STREQ(e.what(), "split: sizes summing to 7 do not cut dimension 1 of 'q' [4, 8] P(None, None)");
+  }
+}
+
+CommRecord ring_all_reduce(Axes axes, int n, std::int64_t block_bytes) {
+  return CommRecord{"all_reduce", std::move(axes), -1, 2 * (n - 1) * block_bytes / n};
+}
+
+// The Megatron shapes on data = world / 2, model = 2: the vocabulary over model, rows over data.
+struct VocabParallel {
+  int data = world_size() / 2;
+  Mesh mesh = Mesh::world(MeshShape({"data", "model"}, {world_size() / 2, 2}));
+  std::int64_t batch = 2 * data, seq = 3, vocabulary = 16, d = 8;
+  ShardedTensor tokens = testing_ops::token_ids(mesh, {batch, seq}, vocabulary);
+};
+
+TEST(LmOps, VocabParallelEmbeddingMovesOnePsumOfItsResult) {
+  if (world_size() < 2) GTEST_SKIP() << "needs a model axis of 2";
+  VocabParallel s;
+  Var table(ShardedTensor::from_fn(
+                s.mesh, parse_spec("P(model, None)"), {s.vocabulary, s.d}, DType::f32,
+                [](std::int64_t i) { return 0.01 * static_cast<double>(i % 97); }, "wte"),
+            true);
+  Var y;
+  std::vector<CommRecord> forward, backward;
+  {
+    CommScope scope;
+    y = embed(table, s.tokens);
+    forward = scope.records();
+  }
+  {
+    CommScope scope;
+    gradients(sum(y), {table});
+    backward = scope.records();
+  }
+  // Forward: the [2, 3, 8] f32 block summed over model; never a gather of the table.
+  EXPECT_EQ(forward, (std::vector<CommRecord>{ring_all_reduce({"model"}, 2, 2 * 3 * 8 * 4)}));
+  // Backward: the table's cotangent ([8, 8] f32 per rank) summed over the batch's data axis.
+  std::vector<CommRecord> want;
+  if (s.data > 1) want.push_back(ring_all_reduce({"data"}, s.data, 8 * 8 * 4));
+  EXPECT_EQ(backward, want);
+  EXPECT_EQ(y.spec(), parse_spec("P(data, None, None)"));
+}
+
+TEST(LmOps, VocabParallelCrossEntropyMovesOnlyMaxAndSumExp) {
+  if (world_size() < 2) GTEST_SKIP() << "needs a model axis of 2";
+  VocabParallel s;
+  Var logits(ShardedTensor::from_fn(
+                 s.mesh, parse_spec("P(data, None, model)"), {s.batch, s.seq, s.vocabulary}, DType::f32,
+                 [](std::int64_t i) { return 0.1 * static_cast<double>((i * 7) % 13); }, "logits"),
+             true);
+  std::vector<CommRecord> forward, backward;
+  Var loss;
+  {
+    CommScope scope;
+    loss = softmax_cross_entropy_with_integer_labels(logits, s.tokens);
+    forward = scope.records();
+  }
+  {
+    CommScope scope;
+    auto g = gradients(loss, {logits});
+    backward = scope.records();
+    EXPECT_EQ(g[0]->spec(), logits.spec());
+  }
+  // The 2 x 3 rows' maxima (f64), then their [sum of exponentials, label logit] pairs; the
+  // [2, 3, 8] logits block never moves.
+  EXPECT_EQ(forward, (std::vector<CommRecord>{ring_all_reduce({"model"}, 2, 2 * 3 * 8),
+                                              ring_all_reduce({"model"}, 2, 2 * 3 * 2 * 8)}));
+  EXPECT_EQ(backward, std::vector<CommRecord>{});
+}
+
+TEST(LmOps, TokensOutsideTheVocabularyAreAnError) {
+  Mesh mesh = testing_util::self_mesh();
+  Var table(ShardedTensor::zeros(mesh, Spec(), {4, 2}, DType::f64, "wte"));
+  ShardedTensor tokens = testing_ops::token_ids(mesh, {3}, 5);  // 3, 3, 3 -> 3, 8 % 5 = 3, ...
+  Tensor bad(Shape{3}, DType::i32);
+  bad.data<std::int32_t>()[1] = 4;
+  ShardedTensor ids = ShardedTensor::from_global(mesh, Spec(), bad, "tokens");
+  try {
+    embed(table, ids);
+    FAIL();
+  } catch (const ShapeError& e) {
+    EXPECT_STREQ(e.what(), "embed: token id 4 in 'tokens' [3] P(None) is outside the vocabulary [0, 4) of 'wte' "
+                           "[4, 2] P(None, None)");
+  }
+  Var logits(ShardedTensor::zeros(mesh, Spec(), {3, 4}, DType::f64, "logits"));
+  try {
+    softmax_cross_entropy_with_integer_labels(logits, ids);
+    FAIL();
+  } catch (const ShapeError& e) {
+    EXPECT_STREQ(e.what(), "softmax_cross_entropy_with_integer_labels: label 4 in 'tokens' [3] P(None) is outside "
+                           "the vocabulary [0, 4) of 'logits' [3, 4] P(None, None)");
+  }
+  try {
+    softmax_cross_entropy_with_integer_labels(logits, tokens);
+    softmax_cross_entropy_with_integer_labels(logits, ShardedTensor::zeros(mesh, Spec(), {4}, DType::i32, "y"));
+    FAIL();
+  } catch (const ShapeError& e) {
+    EXPECT_STREQ(e.what(), "softmax_cross_entropy_with_integer_labels: labels 'y' [4] P(None) (i32) do not fit "
+                           "logits 'logits' [3, 4] P(None, None) (f64): want i32 labels [rows...] for f32 or f64 "
+                           "logits [rows..., V]");
+  }
+}
+
+// q, k, v [2, 4, heads, 4] with `spec`, f64 values from `seed`.
+std::vector<Var> qkv(const Mesh& mesh, const Spec& spec, std::int64_t heads) {
+  std::vector<Var> out;
+  for (int i = 0; i < 3; ++i) {
+    out.emplace_back(ShardedTensor::from_global(mesh, spec, test_values({2, 4, heads, 4}, 11 + i)), true);
+  }
+  return out;
+}
+
+TEST(LmOps, AttentionWithHeadsSplitMovesNothingAndSequenceSplitGathersKV) {
+  if (world_size() < 2) GTEST_SKIP() << "needs two axes of size > 1 or one of 2";
+  const int n = world_size();
+  const std::int64_t heads = n;
+  Mesh one = testing_util::self_mesh({"seq", "model"});
+  auto ref = qkv(one, Spec(), heads);
+  Tensor want = causal_attention(ref[0], ref[1], ref[2]).value().to_global();
+  {
+    Mesh mesh = Mesh::world(MeshShape({"seq", "model"}, {1, n}));
+    auto x = qkv(mesh, parse_spec("P(None, None, model, None)"), heads);
+    CommScope scope;
+    Var y = causal_attention(x[0], x[1], x[2]);
+    EXPECT_EQ(scope.total_bytes(), 0);
+    EXPECT_EQ(y.spec(), x[0].spec());
+    EXPECT_LT(max_relative_error(y.value().to_global(), want), 1e-12);
+  }
+  {
+    Mesh mesh = Mesh::world(MeshShape({"seq", "model"}, {2, n / 2}));
+    auto x = qkv(mesh, parse_spec("P(None, seq, model, None)"), heads);
+    CommScope scope;
+    Var y = causal_attention(x[0], x[1], x[2]);
+    auto records = scope.records();
+    ASSERT_EQ(records.size(), 2u);
+    for (const auto& r : records) {
+      EXPECT_EQ(r.op, "all_gather");
+      EXPECT_EQ(r.axes, Axes{"seq"});
+      EXPECT_EQ(r.dim, 1);
+    }
+    EXPECT_EQ(y.spec(), x[0].spec());
+    EXPECT_LT(max_relative_error(y.value().to_global(), want), 1e-12);
+  }
+}
+
+}  // namespace
+}  // namespace tessera::nn
