@@ -196,13 +196,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--dir", dir, "directory for the files (removed afterwards)")->capture_default_str();
   app.add_option("--repeats", repeats, "repetitions (the median is reported)")
-      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--large-layers", large_layers, "layers of the large state")->capture_default_str();
   app.add_option("--large-depth", large_depth, "depth of the large state (3 x 2 x layers x depth^2 x 4 bytes)")
       ->capture_default_str();
   return tessera::apps::parse_and_run("bench_checkpoint", app, argc, argv, [&](int) {
     // The large state holds 3 x 2 x layers x depth^2 floats: bounds that keep the count in range.
+    if (repeats < 1) throw tessera::UsageError("--repeats must be >= 1, got " + std::to_string(repeats));
     if (large_layers < 1 || large_layers > 1024) {
       throw tessera::UsageError("--large-layers must be between 1 and 1024, got " + std::to_string(large_layers));
     }

@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
   std::string pack = "datatype";
   app.add_option("--min", min_bytes, "smallest message size in bytes")->capture_default_str();
   app.add_option("--max", max_bytes, "largest message size in bytes")->capture_default_str();
-  app.add_option("--iters", iters, "timed iterations per point")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--iters", iters, "timed iterations per point")->capture_default_str();
   app.add_option("--warmup", warmup, "untimed iterations per point")->capture_default_str();
   app.add_option("--ops", ops, "collectives to run")->capture_default_str();
   app.add_option("--layouts", layouts, "outer (dimension 0) and/or inner (dimension 1 of [64, k])")
@@ -81,6 +81,7 @@ int main(int argc, char** argv) {
       throw UsageError("--max must be between --min (" + std::to_string(min_bytes) + ") and 4294967296, got " +
                        std::to_string(max_bytes));
     }
+    if (iters < 1) throw UsageError("--iters must be >= 1, got " + std::to_string(iters));
     if (warmup < 0) throw UsageError("--warmup must be >= 0, got " + std::to_string(warmup));
     detail::set_pack_method(pack == "memcpy" ? detail::PackMethod::memcpy : detail::PackMethod::datatype);
     Mesh mesh = Mesh::world(MeshShape({"x"}, {world}));

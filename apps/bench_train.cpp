@@ -114,7 +114,9 @@ int run(const Options& o, int world_rank, int world_size) {
     throw UsageError("--copy-mib must be between 1 and 65536, got " + std::to_string(o.copy_mib));
   }
   if (!(o.measure_seconds > 0 && o.measure_seconds <= 3600)) {
-    throw UsageError("--measure-seconds must be > 0 and <= 3600, got " + std::to_string(o.measure_seconds));
+    char got[32];
+    std::snprintf(got, sizeof got, "%g", o.measure_seconds);
+    throw UsageError(std::string("--measure-seconds must be > 0 and <= 3600, got ") + got);
   }
   const MeshShape mesh_shape = MeshShape::parse(o.mesh.empty() ? default_mesh(world_size) : o.mesh);
   if (o.steps < 1 || o.warmup < 0) throw UsageError("--steps must be >= 1 and --warmup >= 0");

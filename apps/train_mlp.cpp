@@ -112,6 +112,7 @@ void validate_flags(const Options& o) {
   if (o.microbatches < 1) throw UsageError("--microbatches must be >= 1");
   if (o.keep < 1) throw UsageError("--keep must be >= 1");
   if (o.save_every < 0) throw UsageError("--save-every must be >= 0");
+  if (o.examples < 0) throw UsageError("--examples must be >= 0, got " + std::to_string(o.examples));
 }
 
 // Checks that cost nothing but catch bad input before any allocation: every parameter's spec
@@ -342,7 +343,6 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"ones", "random"}))
       ->capture_default_str();
   app.add_option("--examples", o.examples, "size of the pool random inputs are drawn from (0: fresh every step)")
-      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--seed", o.seed, "seed of parameters, data and teacher")->capture_default_str();
   app.add_option("--microbatches", o.microbatches, "serial microbatches per step")->capture_default_str();

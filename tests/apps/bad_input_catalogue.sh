@@ -3,7 +3,8 @@
 # program the way a user would (the MPI programs through scripts/mpirun/local.sh on RANKS ranks,
 # ckpt_tool as one process) and asserts three things: the exit code, that exactly one message is
 # printed (one line on stderr matching the case's pattern, with at most an indented continuation
-# such as the caret under a parse error; CLI11's "Run with --help" hint aside), and that the program ended within 10 s (a hang is a failure, not a wait).
+# such as the caret under a parse error; CLI11's "Run with --help" hint aside), and that the
+# program ended within 10 s (a hang is a failure, not a wait).
 # Ends with "catalogue: N passed, M failed" and exits 1 when any case failed. CATALOGUE_ONLY=REGEX
 # runs only the cases whose names match.
 set -uo pipefail
@@ -18,16 +19,20 @@ passed=0
 failed=0
 limit=10
 
-# expect NAME RC PATTERN (mpi|one) PROGRAM ARGS...
-expect() {
-  local name=$1 want_rc=$2 pattern=$3 how=$4
+# Cases run CATALOGUE_JOBS at a time (default: 4 at 1-2 ranks, 2 at 8): a case mostly waits on
+# mpirun's start, so this cuts the wall time without pushing any case near its limit.
+jobs=${CATALOGUE_JOBS:-$((ranks > 2 ? 2 : 4))}
+mkdir -p "$work/cases"
+count=0
+
+# run_case DIR NAME RC PATTERN CMD...: runs one case, writes its report to DIR/report and
+# "pass" or "fail" to DIR/verdict.
+run_case() {
+  local dir=$1 name=$2 want_rc=$3 pattern=$4
   shift 4
-  if [ -n "${CATALOGUE_ONLY:-}" ] && ! [[ "$name" =~ $CATALOGUE_ONLY ]]; then return; fi
-  local cmd=("$@")
-  [ "$how" = mpi ] && cmd=(bash "$launch" "$ranks" "$@")
   local start end rc
   start=$(date +%s%N)
-  timeout $((limit + 5)) "${cmd[@]}" >"$work/out" 2>"$work/err" </dev/null
+  timeout $((limit + 5)) "$@" >"$dir/out" 2>"$dir/err" </dev/null
   rc=$?
   end=$(date +%s%N)
   local ms=$(((end - start) / 1000000))
@@ -35,10 +40,10 @@ expect() {
   # are its indented continuation (the caret under a parse error), never a second message, a
   # second rank's copy or a crash report.
   local problem="" first others matches
-  grep -v -e '^[[:space:]]*$' -e '^Run with --help for more information\.$' "$work/err" >"$work/message"
-  first=$(head -1 "$work/message")
-  others=$(tail -n +2 "$work/message" | grep -vc '^  ')
-  matches=$(grep -cE -- "$pattern" "$work/err")
+  grep -v -e '^[[:space:]]*$' -e '^Run with --help for more information\.$' "$dir/err" >"$dir/message"
+  first=$(head -1 "$dir/message")
+  others=$(tail -n +2 "$dir/message" | grep -vc '^  ')
+  matches=$(grep -cE -- "$pattern" "$dir/err")
   if [ "$ms" -gt $((limit * 1000)) ]; then
     problem="took ${ms} ms (limit ${limit} s)"
   elif [ "$rc" -ne "$want_rc" ]; then
@@ -48,16 +53,42 @@ expect() {
   elif [ "$matches" -ne 1 ] || ! grep -qE -- "$pattern" <<<"$first"; then
     problem="the message does not match '$pattern' (once)"
   fi
-  if [ -z "$problem" ]; then
-    passed=$((passed + 1))
-    printf 'ok    %-40s exit %d, %5d ms: %s\n' "$name" "$rc" "$ms" "$first"
-  else
-    failed=$((failed + 1))
-    printf 'FAIL  %-40s %s\n' "$name" "$problem"
-    printf '      command: %s\n' "${cmd[*]}"
-    sed 's/^/      stderr: /' "$work/err" | head -20
-    sed 's/^/      stdout: /' "$work/out" | tail -5
-  fi
+  {
+    if [ -z "$problem" ]; then
+      printf 'ok    %-40s exit %d, %5d ms: %s\n' "$name" "$rc" "$ms" "$first"
+    else
+      printf 'FAIL  %-40s %s\n' "$name" "$problem"
+      printf '      command: %s\n' "$*"
+      sed 's/^/      stderr: /' "$dir/err" | head -20
+      sed 's/^/      stdout: /' "$dir/out" | tail -5
+    fi
+  } >"$dir/report"
+  if [ -z "$problem" ]; then echo pass >"$dir/verdict"; else echo fail >"$dir/verdict"; fi
+}
+
+# expect NAME RC PATTERN (mpi|one) PROGRAM ARGS...: starts a case in the background.
+expect() {
+  local name=$1 want_rc=$2 pattern=$3 how=$4
+  shift 4
+  if [ -n "${CATALOGUE_ONLY:-}" ] && ! [[ "$name" =~ $CATALOGUE_ONLY ]]; then return; fi
+  local cmd=("$@")
+  [ "$how" = mpi ] && cmd=(bash "$launch" "$ranks" "$@")
+  count=$((count + 1))
+  local dir
+  dir=$(printf '%s/cases/%03d' "$work" "$count")
+  mkdir -p "$dir"
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
+  run_case "$dir" "$name" "$want_rc" "$pattern" "${cmd[@]}" &
+}
+
+# finish: waits for every case and prints the reports in order.
+finish() {
+  wait
+  for dir in "$work"/cases/*/; do
+    [ -f "$dir/report" ] || continue
+    cat "$dir/report"
+    if [ "$(cat "$dir/verdict")" = pass ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+  done
 }
 
 # A mesh of this rank count with both of train_mlp's axes.
@@ -77,11 +108,17 @@ expect train_mlp.save_every_negative 2 'train_mlp: --save-every must be >= 0' mp
 expect train_mlp.loss_unknown 2 '--loss: foo not in \{sum,mse,xent\}' mpi "$tm" "${small[@]}" --loss foo
 expect train_mlp.input_unknown 2 '--input: zeros not in \{ones,random\}' mpi "$tm" "${small[@]}" --input zeros
 expect train_mlp.lr_not_a_number 2 'Could not convert: --lr = abc' mpi "$tm" "${small[@]}" --lr abc
-expect train_mlp.examples_negative 2 '--examples: Value -1 should be a non-negative number' mpi "$tm" "${small[@]}" --examples -1
+expect train_mlp.examples_negative 2 '^train_mlp: --examples must be >= 0, got -1$' mpi "$tm" "${small[@]}" --examples -1
 expect train_mlp.microbatches_do_not_divide 2 "train_mlp: --microbatches 3 does not divide each rank's batch block of 8 rows" \
   mpi "$tm" "${small[@]}" --microbatches 3
-expect train_mlp.resume_without_dir 2 'train_mlp: --resume and --save-every need --ckpt-dir' mpi "$tm" "${small[@]}" --resume
-expect train_mlp.save_every_without_dir 2 'train_mlp: --resume and --save-every need --ckpt-dir' mpi "$tm" "${small[@]}" --save-every 5
+expect train_mlp.resume_without_dir 2 'train_mlp: --resume, --save-every and --overwrite need --ckpt-dir' mpi "$tm" "${small[@]}" --resume
+expect train_mlp.overwrite_without_dir 2 'train_mlp: --resume, --save-every and --overwrite need --ckpt-dir' mpi "$tm" "${small[@]}" --overwrite
+expect train_mlp.resume_and_overwrite 2 '^train_mlp: --resume and --overwrite exclude each other$' \
+  mpi "$tm" "${small[@]}" --resume --overwrite --ckpt-dir "$work/unused"
+expect train_mlp.layers_too_many 2 '^train_mlp: --layers must be <= 10000, got 10001$' mpi "$tm" "${small[@]}" --layers 10001
+expect train_mlp.memory_does_not_fit 2 '^train_mlp: needs [0-9]+\.[0-9] GiB per rank, this machine has [0-9]+\.[0-9] GiB$' \
+  mpi "$tm" --mesh "$mesh" --depth 2147483648 --quiet
+expect train_mlp.save_every_without_dir 2 'train_mlp: --resume, --save-every and --overwrite need --ckpt-dir' mpi "$tm" "${small[@]}" --save-every 5
 
 # --- train_mlp: meshes and rules ---------------------------------------------------------------
 expect mesh.size_is_not_rank_count 2 "mesh \\(data: 3, model: 1\\) has 3 ranks but the communicator has $ranks" \
@@ -107,20 +144,27 @@ expect spec.more_dimensions_than_tensor 2 "has 3 dimensions but the tensor has s
 expect spec.bad_partial_clause 2 "spec 'P\\(data; partly=model\\)'" mpi "$dm" "${dmesh[@]}" --spec 'P(data; partly=model)'
 expect spec.neither_jax_nor_shape_string 2 "shape string 'Q\\(data\\)': expected a space, '/' or the end, found '\\(' at column 2" mpi "$dm" "${dmesh[@]}" --spec 'Q(data)'
 expect shape.negative 2 "demo_mesh: --shape \[-3, 4\] has a negative extent" mpi "$dm" --mesh "$mesh" --shape -3,4
+expect shape.too_large 2 "demo_mesh: --shape \\[65536, 65536\\] has 4294967296 elements" mpi "$dm" --mesh "$mesh" --shape 65536,65536
 expect shape_string.empty_axis 2 "shape string 'rows/data cols/'" mpi "$dm" "${dmesh[@]}" --spec 'rows/data cols/'
 expect shape_string.unknown_axis 2 "mesh axis 'tensor' of dimension rows is not in the mesh" mpi "$dm" "${dmesh[@]}" --spec 'rows/tensor cols'
 expect shape_string.size_disagrees 2 "\\(\"16/data 32\", global shape \\[16, 64\\] on mesh data: 1, model: $ranks\\): dimension 1: expected 32, got 64" mpi "$dm" "${dmesh[@]}" --spec '16/data 32'
 expect shape_string.bad_character 2 "shape string 'rows/da-ta cols'" mpi "$dm" "${dmesh[@]}" --spec 'rows/da-ta cols'
 
 # --- the benchmarks ---------------------------------------------------------------------------
-expect bench_collectives.min_zero 2 'bench_collectives: --min must be >= 1' mpi "$apps/bench_collectives" --min 0
-expect bench_collectives.min_above_max 2 'bench_collectives: --min 4096 is above --max 1024' \
+expect bench_collectives.min_zero 2 '^bench_collectives: --min must be >= 1, got 0$' mpi "$apps/bench_collectives" --min 0
+expect bench_collectives.min_above_max 2 'bench_collectives: --max must be between --min \(4096\) and 4294967296, got 1024' \
   mpi "$apps/bench_collectives" --min 4096 --max 1024
 expect bench_collectives.unknown_op 2 "bench_collectives: unknown op 'gather_all'" mpi "$apps/bench_collectives" --ops gather_all
-expect bench_train.copy_mib_zero 2 'bench_train: --copy-mib must be >= 1' mpi "$apps/bench_train" --copy-mib 0
+expect bench_train.copy_mib_zero 2 '^bench_train: --copy-mib must be between 1 and 65536, got 0$' mpi "$apps/bench_train" --copy-mib 0
 expect bench_train.steps_zero 2 'bench_train: --steps must be >= 1' mpi "$apps/bench_train" --steps 0
+expect bench_collectives.iters_zero 2 '^bench_collectives: --iters must be >= 1, got 0$' mpi "$apps/bench_collectives" --iters 0
+expect bench_collectives.warmup_negative 2 '^bench_collectives: --warmup must be >= 0, got -1$' mpi "$apps/bench_collectives" --warmup -1
+expect bench_train.measure_seconds_zero 2 '^bench_train: --measure-seconds must be > 0 and <= 3600, got 0$' \
+  mpi "$apps/bench_train" --measure-seconds 0
+expect bench_checkpoint.large_layers_zero 2 '^bench_checkpoint: --large-layers must be between 1 and 1024, got 0$' \
+  mpi "$apps/bench_checkpoint" --large-layers 0
 expect bench_checkpoint.state_unknown 2 '--state: huge not in \{mlp,large,both\}' mpi "$apps/bench_checkpoint" --state huge
-expect bench_checkpoint.repeats_zero 2 '--repeats: Value 0 should be a positive number' mpi "$apps/bench_checkpoint" --repeats 0
+expect bench_checkpoint.repeats_zero 2 '^bench_checkpoint: --repeats must be >= 1, got 0$' mpi "$apps/bench_checkpoint" --repeats 0
 
 # --- checkpoint files and directories ---------------------------------------------------------
 good="$work/good"
@@ -148,5 +192,31 @@ cp -r "$good" "$work/other_model"
 expect resume.other_model 2 "global shape is \\[16, 16\\] in the file, \\[32, 32\\] wanted" \
   mpi "$tm" --mesh "$mesh" --depth 32 --layers 1 --batch 8 --quiet --steps 4 --resume --ckpt-dir "$work/other_model"
 
+# A fresh run into another run's directory: refused, nothing deleted.
+cp -r "$good" "$work/taken"
+expect ckpt_dir.fresh_run_into_other_run 2 "^train_mlp: --ckpt-dir '$work/taken' already holds checkpoints up to step 2 \\(ckpt_00000002.h5\\): --resume continues that run, --overwrite deletes them and starts over$" \
+  mpi "$tm" "${small[@]}" --steps 4 --save-every 1 --keep 2 --ckpt-dir "$work/taken"
+# The directory is a file.
+printf 'x' >"$work/a_file"
+expect ckpt_dir.is_a_file 2 "'$work/a_file'" mpi "$tm" "${small[@]}" --steps 2 --save-every 1 --ckpt-dir "$work/a_file"
+# Another job holds the directory's lock (flock(1) stands in for it while the case runs).
+mkdir -p "$work/locked"
+exec {lockfd}>"$work/locked/.lock"
+flock -n "$lockfd"
+expect ckpt_dir.locked 2 "^train_mlp: checkpoint directory '$work/locked' is in use by another job" \
+  mpi "$tm" "${small[@]}" --steps 2 --save-every 1 --ckpt-dir "$work/locked"
+exec {lockfd}>&-
+# Damaged files: an empty mesh_axis_sizes attribute, a negative optimizer step count.
+damage="$build/tests/apps/ckpt_damage"
+cp -r "$good" "$work/empty_sizes"
+"$damage" "$(ls "$work/empty_sizes"/ckpt_*.h5 | head -1)" empty-mesh-sizes >/dev/null
+expect ckpt_tool.empty_mesh_axis_sizes 2 "^ckpt_tool: .*attribute 'mesh_axis_sizes' has 0 values but 'mesh_axis_names' has 2$" \
+  one "$ck" list "$(ls "$work/empty_sizes"/ckpt_*.h5 | head -1)"
+cp -r "$good" "$work/negative_count"
+"$damage" "$(ls "$work/negative_count"/ckpt_*.h5 | head -1)" count -5 >/dev/null
+expect resume.negative_count 2 "^train_mlp: train state checkpoint: dataset '/opt_state/count' holds -5; an optimizer step count is >= 0$" \
+  mpi "$tm" --mesh "$mesh" --depth 16 --layers 1 --batch 8 --quiet --steps 4 --resume --ckpt-dir "$work/negative_count"
+
+finish
 echo "catalogue ($ranks ranks): $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
