@@ -293,6 +293,35 @@ std::vector<std::int64_t> read_int64_array_attribute(hid_t object, const char* n
   return values;
 }
 
+void check_format_version(std::int64_t version, std::string_view context) {
+  if (version < oldest_format_version || version > format_version) {
+    throw IoError(std::string(context) + ": unknown format version " + std::to_string(version) +
+                  " (this build reads versions " + std::to_string(oldest_format_version) + " to " +
+                  std::to_string(format_version) + ")");
+  }
+}
+
+std::vector<std::uint32_t> read_chunk_digest(hid_t dataset, std::uint64_t chunks, std::string_view context) {
+  if (!has_attribute(dataset, attr_chunk_digest, context)) {
+    throw IoError(std::string(context) + ": has no attribute '" + attr_chunk_digest +
+                  "' (a version 2 checkpoint carries the checksum of every chunk)");
+  }
+  const std::vector<std::int64_t> values = read_int64_array_attribute(dataset, attr_chunk_digest, context);
+  if (values.size() != chunks) {
+    throw IoError(std::string(context) + ": attribute '" + attr_chunk_digest + "' has " +
+                  std::to_string(values.size()) + " values for " + std::to_string(chunks) + " chunks");
+  }
+  std::vector<std::uint32_t> digest(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (values[i] < 0 || values[i] > std::int64_t{0xffffffff}) {
+      throw IoError(std::string(context) + ": attribute '" + attr_chunk_digest + "' value " + std::to_string(i) +
+                    " is " + std::to_string(values[i]) + ", not a 32-bit checksum");
+    }
+    digest[i] = static_cast<std::uint32_t>(values[i]);
+  }
+  return digest;
+}
+
 Shape dataset_shape(hid_t dataset, std::string_view context) {
   H5Handle space = dataspace_handle(H5Dget_space(dataset), "H5Dget_space", context);
   if (H5Sget_simple_extent_type(space.get()) == H5S_NULL) {

@@ -1,4 +1,4 @@
-// The tessera checkpoint layout (format "tessera-checkpoint", version 1) and the attribute
+// The tessera checkpoint layout (format "tessera-checkpoint", version 2) and the attribute
 // helpers that read and write it. One place names every attribute, so save, restore, info and
 // the README agree:
 //   root:     format, format_version, step, seed, config, mesh_axis_names, mesh_axis_sizes, mesh
@@ -6,6 +6,10 @@
 //             spec (JAX text), logical_names (string array), dtype ("f32", "f64", "i32").
 //   chunks:   the saved spec's block shape, Fletcher32 per chunk; scalars are compact datasets
 //             (kept in the object header, whose checksum covers them).
+//   digest:   (version 2) every chunked dataset's attribute chunk_fletcher32: the Fletcher32 of
+//             each chunk in row-major chunk-grid order, written after every rank's data is on
+//             disk. A chunk that was never written reads as zeros with a zero checksum, which
+//             HDF5's filter accepts; the digest says what its checksum must be.
 #pragma once
 
 #include <hdf5.h>
@@ -21,7 +25,9 @@
 namespace tessera::checkpoint_format {
 
 inline constexpr std::string_view format_name = "tessera-checkpoint";
-inline constexpr std::int64_t format_version = 1;
+inline constexpr std::int64_t format_version = 2;
+// The oldest version this build reads: version 1 files have no chunk digest.
+inline constexpr std::int64_t oldest_format_version = 1;
 
 // Root attributes.
 inline constexpr const char* attr_format = "format";
@@ -36,6 +42,15 @@ inline constexpr const char* attr_mesh = "mesh";
 inline constexpr const char* attr_spec = "spec";
 inline constexpr const char* attr_logical_names = "logical_names";
 inline constexpr const char* attr_dtype = "dtype";
+inline constexpr const char* attr_chunk_digest = "chunk_fletcher32";
+
+// Throws IoError "<context>: unknown format version V (this build reads versions 1 to 2)"
+// unless this build reads `version`.
+void check_format_version(std::int64_t version, std::string_view context);
+
+// A dataset's chunk digest (attribute chunk_fletcher32), checked to hold `chunks` values, each a
+// 32-bit checksum. Throws IoError naming the attribute when it is missing or malformed.
+std::vector<std::uint32_t> read_chunk_digest(hid_t dataset, std::uint64_t chunks, std::string_view context);
 
 // Throws IoError unless `path` is a relative slash-separated path with non-empty components
 // other than "." and "..".

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "io/checkpoint_format.h"
+#include "io/fletcher32.h"
 #include "io/parallel_file.h"
 
 namespace tessera {
@@ -68,7 +69,10 @@ CheckpointArrayInfo array_info(hid_t file, const std::string& path, const std::s
 
 // Reads the dataset chunk by chunk (whole when not chunked): HDF5 checks each chunk's Fletcher32
 // as it reads it. Returns the number of chunks read.
-std::int64_t read_every_chunk(hid_t file, const CheckpointArrayInfo& info, const std::string& file_name) {
+// A version 2 file's chunks are also checked against the dataset's digest (chunk_fletcher32),
+// which catches a chunk that was never written.
+std::int64_t read_every_chunk(hid_t file, const CheckpointArrayInfo& info, const std::string& file_name,
+                              std::int64_t version) {
   const std::string context = format::dataset_context(file_name, info.path);
   H5Handle dataset =
       dataset_handle(H5Dopen2(file, format::dataset_name(info.path).c_str(), H5P_DEFAULT), "H5Dopen2", context);
@@ -76,6 +80,12 @@ std::int64_t read_every_chunk(hid_t file, const CheckpointArrayInfo& info, const
   if (numel(info.shape) == 0) return 0;
   const int rank = static_cast<int>(info.shape.size());
   std::vector<std::byte> buffer(static_cast<std::size_t>(numel(chunk)) * dtype_size(info.dtype));
+  std::vector<std::uint32_t> digest;
+  if (version >= 2 && !info.chunk.empty()) {
+    std::uint64_t grid = 1;
+    for (int d = 0; d < rank; ++d) grid *= static_cast<std::uint64_t>((info.shape[d] + chunk[d] - 1) / chunk[d]);
+    digest = format::read_chunk_digest(dataset.get(), grid, context);
+  }
   std::vector<std::int64_t> start(rank, 0);
   std::int64_t chunks = 0;
   while (true) {
@@ -88,6 +98,16 @@ std::int64_t read_every_chunk(hid_t file, const CheckpointArrayInfo& info, const
     if (status < 0) {
       throw IoError(context + ": chunk at " + shape_to_string(Shape(start.begin(), start.end())) +
                     " failed to read (Fletcher32 checksum or I/O error): " + take_hdf5_error_stack());
+    }
+    if (!digest.empty() && count == chunk) {
+      const std::uint32_t got =
+          checkpoint_io::fletcher32(buffer.data(), static_cast<std::size_t>(numel(chunk)) * dtype_size(info.dtype));
+      if (got != digest[static_cast<std::size_t>(chunks)]) {
+        throw IoError(context + ": chunk at " + checkpoint_io::coords_text(std::vector<hsize_t>(start.begin(), start.end())) + " sums to " +
+                      std::to_string(got) + " but the checkpoint's digest says " +
+                      std::to_string(digest[static_cast<std::size_t>(chunks)]) +
+                      " (its data was never written or was replaced; the file is incomplete)");
+      }
     }
     ++chunks;
     int d = rank - 1;
@@ -113,11 +133,10 @@ CheckpointInfo read_checkpoint_info(const std::string& file) {
   }
   info.format = format::read_string_attribute(handle.get(), format::attr_format, context);
   info.version = format::read_int64_attribute(handle.get(), format::attr_version, context);
-  if (info.format != format::format_name || info.version != format::format_version) {
-    throw IoError(context + ": format '" + info.format + "' version " + std::to_string(info.version) +
-                  ", this build reads '" + std::string(format::format_name) + "' version " +
-                  std::to_string(format::format_version));
+  if (info.format != format::format_name) {
+    throw IoError(context + ": format is '" + info.format + "', expected '" + std::string(format::format_name) + "'");
   }
+  format::check_format_version(info.version, context);
   format::reject_links(handle.get(), context);
   info.step = format::read_step(handle.get(), context);
   info.seed = format::read_uint64_attribute(handle.get(), format::attr_seed, context);
@@ -144,7 +163,7 @@ bool verify_checkpoint(const std::string& file, std::string* report) {
     out << "checkpoint " << file << ": step " << info.step << ", " << info.arrays.size() << " arrays\n";
     for (const auto& array : info.arrays) {
       try {
-        std::int64_t chunks = read_every_chunk(handle.get(), array, file);
+        std::int64_t chunks = read_every_chunk(handle.get(), array, file, info.version);
         out << "ok     /" << array.path << ' ' << dtype_name(array.dtype) << shape_to_string(array.shape) << ", "
             << chunks << (chunks == 1 ? " chunk" : " chunks") << '\n';
       } catch (const Error& e) {

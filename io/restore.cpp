@@ -63,8 +63,8 @@ void check_readable(const std::string& file) {
   if (is_hdf5 == 0) throw IoError("restore_checkpoint: " + format::file_context(file) + " is not an HDF5 file");
 }
 
-// Reads step, seed and config after checking format name and version.
-void read_root(hid_t file, const std::string& path, CheckpointState& out) {
+// Reads step, seed and config after checking format name and version; returns the version.
+std::int64_t read_root(hid_t file, const std::string& path, CheckpointState& out) {
   const std::string context = "restore_checkpoint: " + format::file_context(path);
   if (!format::has_attribute(file, format::attr_format, context)) {
     throw IoError(context + ": not a tessera checkpoint (no '" + format::attr_format + "' attribute)");
@@ -74,14 +74,12 @@ void read_root(hid_t file, const std::string& path, CheckpointState& out) {
     throw IoError(context + ": format is '" + name + "', expected '" + std::string(format::format_name) + "'");
   }
   const std::int64_t version = format::read_int64_attribute(file, format::attr_version, context);
-  if (version != format::format_version) {
-    throw IoError(context + ": unknown format version " + std::to_string(version) + " (this build reads version " +
-                  std::to_string(format::format_version) + ")");
-  }
+  format::check_format_version(version, context);
   format::reject_links(file, context);
   out.step = format::read_step(file, context);
   out.seed = format::read_uint64_attribute(file, format::attr_seed, context);
   out.config = format::read_string_attribute(file, format::attr_config, context);
+  return version;
 }
 
 // True when every group on the way to `path` and the object itself exist (H5Lexists needs its
@@ -167,8 +165,11 @@ void read_exactly(MPI_File handle, std::uint64_t offset, void* out, std::uint64_
 }
 
 // Reads every chunk overlapping [offsets, offsets + block) into `local` (see the top of the file).
+// `digest` (empty for a version 1 file): each chunk's checksum in chunk-grid order, so that a chunk
+// that was never written (zeros, whose checksum 0 matches its zero trailer) is caught.
 void read_block_direct(hid_t dataset, MPI_File handle, const std::vector<hsize_t>& chunk,
-                       const std::vector<std::int64_t>& offsets, Tensor& local, const std::string& context) {
+                       const std::vector<std::int64_t>& offsets, Tensor& local,
+                       const std::vector<std::uint32_t>& digest, const Shape& global, const std::string& context) {
   const Shape& block = local.shape();
   const std::size_t rank = block.size();
   const std::size_t element = dtype_size(local.dtype());
@@ -207,6 +208,18 @@ void read_block_direct(hid_t dataset, MPI_File handle, const std::vector<hsize_t
                     checkpoint_io::coords_text(start) + " stores " + std::to_string(want) + ", its bytes sum to " +
                     std::to_string(got));
     }
+    if (!digest.empty()) {
+      std::uint64_t flat = 0;  // the chunk's index in the row-major chunk grid
+      for (std::size_t d = 0; d < rank; ++d) {
+        const std::uint64_t grid = (static_cast<std::uint64_t>(global[d]) + chunk[d] - 1) / chunk[d];
+        flat = flat * grid + coords[d];
+      }
+      if (digest[flat] != got) {
+        throw IoError(context + ": chunk at " + checkpoint_io::coords_text(start) + " sums to " + std::to_string(got) +
+                      " but the checkpoint's digest says " + std::to_string(digest[flat]) +
+                      " (its data was never written or was replaced; the file is incomplete)");
+      }
+    }
     if (!direct) {
       std::vector<std::int64_t> in_chunk(rank), in_block(rank);
       Shape overlap(rank);
@@ -233,7 +246,7 @@ void read_block_direct(hid_t dataset, MPI_File handle, const std::vector<hsize_t
 
 // This rank's block of the target, read from the dataset.
 CheckpointArray read_array(hid_t dataset, hid_t transfer, MPI_File handle, const std::string& path,
-                           const CheckpointArray& target) {
+                           const CheckpointArray& target, std::int64_t version) {
   const std::string context = "restore_checkpoint: " + format::dataset_context(path, target.path);
   const ShardedTensor& want = target.value;
   const Mesh& mesh = want.mesh();
@@ -247,7 +260,15 @@ CheckpointArray read_array(hid_t dataset, hid_t transfer, MPI_File handle, const
     auto offsets = tessera::block_offsets(want.spec(), mesh.shape(), want.global_shape(), mesh.coords());
     const std::vector<hsize_t> chunk = block.empty() ? std::vector<hsize_t>{} : direct_chunk_shape(dataset, context);
     if (!chunk.empty()) {
-      read_block_direct(dataset, handle, chunk, offsets, local, context);
+      std::vector<std::uint32_t> digest;
+      if (version >= 2) {
+        std::uint64_t chunks = 1;
+        for (std::size_t d = 0; d < chunk.size(); ++d) {
+          chunks *= (static_cast<std::uint64_t>(want.global_shape()[d]) + chunk[d] - 1) / chunk[d];
+        }
+        digest = format::read_chunk_digest(dataset, chunks, context);
+      }
+      read_block_direct(dataset, handle, chunk, offsets, local, digest, want.global_shape(), context);
     } else {
       H5Handle file_space = checkpoint_io::select_block(dataset, offsets, block, true, context);
       H5Handle memory = checkpoint_io::memory_space(block, true, context);
@@ -295,8 +316,9 @@ CheckpointState restore_checkpoint(const std::string& dir_or_file, const Checkpo
 
   CheckpointState result;
   std::vector<H5Handle> datasets;
+  std::int64_t version = 0;
   error = capture_error([&] {
-    read_root(handle.get(), file, result);
+    version = read_root(handle.get(), file, result);
     for (const auto& array : target.arrays) datasets.push_back(open_validated(handle.get(), file, array));
   });
   auto agreed = first_error(comm, error);
@@ -311,7 +333,7 @@ CheckpointState restore_checkpoint(const std::string& dir_or_file, const Checkpo
     error = capture_error([&] {
       H5Handle transfer = checkpoint_io::transfer_properties(H5FD_MPIO_INDEPENDENT, context);
       for (std::size_t i = 0; i < target.arrays.size(); ++i) {
-        result.arrays.push_back(read_array(datasets[i].get(), transfer.get(), raw, file, target.arrays[i]));
+        result.arrays.push_back(read_array(datasets[i].get(), transfer.get(), raw, file, target.arrays[i], version));
       }
     });
   }

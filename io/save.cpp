@@ -8,7 +8,8 @@
 //      computes its chunks' checksums; then rank 0 broadcasts the address of every chunk;
 //   2. every rank writes the chunks inside the blocks it owns (one replica per block), each
 //      followed by the Fletcher32 checksum it computed, in one MPI_File_write_all, and closes;
-//   3. rank 0 fsyncs, renames, updates `latest` and prunes.
+//   3. rank 0 writes every dataset's chunk digest (the checksums the owners computed, reduced to
+//      rank 0) into the synced file, then fsyncs, renames, updates `latest` and prunes.
 // The file is what HDF5's own filtered write would have left: HDF5 reads it and checks every
 // checksum (verify_checkpoint, h5dump, tests/io/chunk_io_test.cpp). Only the fill chunks HDF5
 // would have written first, and the rewrite through one ROMIO aggregator, are gone.
@@ -20,6 +21,7 @@
 #include <unistd.h>
 #include <set>
 
+#include "core/checked.h"
 #include "core/error.h"
 #include "io/atomic_dir.h"
 #include "io/checkpoint.h"
@@ -351,6 +353,29 @@ void write_pieces(const std::vector<Piece>& pieces, const Communicator& comm, co
   agree_or_throw<IoError>(comm, error);
 }
 
+// Rank 0, after every rank's data is on disk: each chunked dataset's attribute chunk_fletcher32
+// (format version 2), the checksums of its chunks in chunk-grid order.
+void write_chunk_digests(const CheckpointState& state, const std::vector<ChunkLayout>& layouts,
+                         const std::vector<std::uint32_t>& digest, const std::string& temporary) {
+  const std::string context = format::file_context(temporary);
+  H5Handle access = plist_handle(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate", context);
+  // Version 1.8 object headers: an attribute over 64 KiB (8192 chunks) goes to dense storage.
+  check_h5(H5Pset_libver_bounds(access.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST), "H5Pset_libver_bounds", context);
+  H5Handle file = file_handle(H5Fopen(temporary.c_str(), H5F_ACC_RDWR, access.get()), "H5Fopen", context);
+  for (std::size_t a = 0; a < state.arrays.size(); ++a) {
+    const ChunkLayout& layout = layouts[a];
+    if (!layout.chunked) continue;
+    const std::string where = format::dataset_context(temporary, state.arrays[a].path);
+    H5Handle dataset = dataset_handle(
+        H5Dopen2(file.get(), format::dataset_name(state.arrays[a].path).c_str(), H5P_DEFAULT), "H5Dopen2", where);
+    std::vector<std::int64_t> values(digest.begin() + static_cast<std::ptrdiff_t>(layout.first),
+                                     digest.begin() + static_cast<std::ptrdiff_t>(layout.first + layout.count));
+    format::write_int64_array_attribute(dataset.get(), format::attr_chunk_digest, values, where);
+    dataset.close(where);
+  }
+  file.close(context);
+}
+
 }  // namespace
 
 std::string save_checkpoint(const CheckpointState& state, const std::string& dir, const SaveOptions& options) {
@@ -389,10 +414,20 @@ std::string save_checkpoint(const CheckpointState& state, const std::string& dir
     check_mpi(MPI_Bcast(addresses.data(), static_cast<int>(total_chunks), MPI_UINT64_T, 0, comm.handle()),
               "MPI_Bcast");
   }
+  // Every chunk has one owner: OR-ing the owners' checksums gives the whole digest on rank 0.
+  std::vector<std::uint32_t> digest(total_chunks, 0);
+  for (const OwnedChunk& chunk : chunks) digest[chunk.table_index] = checkpoint_io::fletcher32_from_trailer(chunk.trailer.data());
+  if (total_chunks > 0) {
+    const int count = checked_cast<int>(total_chunks, "checkpoint chunk count");
+    check_mpi(MPI_Reduce(rank == 0 ? MPI_IN_PLACE : digest.data(), digest.data(), count, MPI_UINT32_T, MPI_BOR, 0,
+                         comm.handle()),
+              "MPI_Reduce");
+  }
   write_pieces(file_pieces(chunks, addresses), comm, temporary, options, state.step);
 
   if (rank == 0) {
     error = capture_error([&] {
+      write_chunk_digests(state, layouts, digest, temporary);
       checkpoint_dir::commit(temporary, final_path);
       checkpoint_dir::prune(dir, options.keep, final_path);
     });

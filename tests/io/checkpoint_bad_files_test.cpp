@@ -292,6 +292,69 @@ TEST(CheckpointBadFiles, FlippedByteInTheLastRanksChunkFailsItsChecksumOnEveryRa
   }
 }
 
+// A chunk whose bytes never reached the disk reads as zeros, and so does its checksum trailer:
+// Fletcher32 of zeros is 0, so HDF5's filter passes it. The digest written after the data
+// catches it, on the ranks that read the chunk, agreed on by all.
+void zero_bytes(const std::string& file, std::uint64_t offset, std::uint64_t bytes) {
+  std::fstream stream(file, std::ios::in | std::ios::out | std::ios::binary);
+  stream.seekp(static_cast<std::streamoff>(offset));
+  const std::string zeros(bytes, '\0');
+  stream.write(zeros.data(), static_cast<std::streamsize>(zeros.size()));
+}
+
+TEST(CheckpointBadFiles, ChunkNeverWrittenIsCaughtByTheDigest) {
+  TempDir dir("hole");
+  const hsize_t last_column = 16 - 16 / world_size();
+  // W1 [8, 16] f32, one chunk per rank: 8 x (16 / ranks) x 4 bytes, then the 4-byte checksum.
+  const std::uint64_t chunk_bytes = 8 * (16 / world_size()) * 4;
+  const std::string file = saved_then_damaged(
+      dir, [&](const std::string& f) { zero_bytes(f, w1_chunk_address(f, last_column), chunk_bytes + 4); });
+  const std::string message = restore_error(dir.path(), target_state());
+  const std::string expected = from_rank(world_size() - 1) + "restore_checkpoint: file '" + file + "', dataset '/" +
+                               w1 + "': chunk at (0, " + std::to_string(last_column) +
+                               ") sums to 0 but the checkpoint's digest says ";
+  EXPECT_TRUE(message.starts_with(expected)) << message << "\nexpected prefix: " << expected;
+  EXPECT_TRUE(message.ends_with(" (its data was never written or was replaced; the file is incomplete)")) << message;
+  if (world_rank() == 0) {
+    std::string report;
+    EXPECT_FALSE(verify_checkpoint(file, &report));
+    EXPECT_NE(report.find("FAILED /" + w1 + ": file '" + file + "', dataset '/" + w1 + "': chunk at (0, " +
+                          std::to_string(last_column) + ") sums to 0 but the checkpoint's digest says "),
+              std::string::npos)
+        << report;
+  }
+}
+
+// A version 2 file without a dataset's digest is refused, naming the attribute.
+TEST(CheckpointBadFiles, MissingChunkDigest) {
+  TempDir dir("no_digest");
+  const std::string file = saved_then_edited(dir, [](hid_t root) {
+    check_h5(H5Adelete_by_name(root, ("/" + w1).c_str(), format::attr_chunk_digest, H5P_DEFAULT), "H5Adelete", "test");
+  });
+  const std::string message = restore_error(dir.path(), target_state());
+  EXPECT_NE(message.find("restore_checkpoint: file '" + file + "', dataset '/" + w1 +
+                         "': has no attribute 'chunk_fletcher32' (a version 2 checkpoint carries the checksum of "
+                         "every chunk)"),
+            std::string::npos)
+      << message;
+}
+
+// A digest of the wrong length is refused before it is indexed.
+TEST(CheckpointBadFiles, ChunkDigestOfTheWrongLength) {
+  TempDir dir("short_digest");
+  const std::string file = saved_then_edited(dir, [](hid_t root) {
+    H5Handle dataset = dataset_handle(H5Dopen2(root, ("/" + w1).c_str(), H5P_DEFAULT), "H5Dopen2", "test");
+    check_h5(H5Adelete(dataset.get(), format::attr_chunk_digest), "H5Adelete", "test");
+    format::write_int64_array_attribute(dataset.get(), format::attr_chunk_digest, {1, 2, 3, 4, 5, 6, 7, 8, 9},
+                                        "test");
+  });
+  const std::string message = restore_error(dir.path(), target_state());
+  EXPECT_NE(message.find("dataset '/" + w1 + "': attribute 'chunk_fletcher32' has 9 values for " +
+                         std::to_string(world_size()) + " chunks"),
+            std::string::npos)
+      << message;
+}
+
 TEST(CheckpointBadFiles, TruncatedFile) {
   TempDir dir("truncated");
   const std::string file = saved_then_damaged(
@@ -334,11 +397,12 @@ TEST(CheckpointBadFiles, UnknownFormatVersion) {
   const std::string file = saved_then_damaged(dir, [](const std::string& f) {
     H5Handle handle = file_handle(H5Fopen(f.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), "H5Fopen", f);
     H5Handle attribute = attribute_handle(H5Aopen(handle.get(), "format_version", H5P_DEFAULT), "H5Aopen", f);
-    const std::int64_t version = 2;
+    const std::int64_t version = 3;
     check_h5(H5Awrite(attribute.get(), H5T_NATIVE_INT64, &version), "H5Awrite", f);
   });
-  EXPECT_EQ(restore_error(dir.path(), target_state()), from_rank(0) + "restore_checkpoint: file '" + file +
-                                                           "': unknown format version 2 (this build reads version 1)");
+  EXPECT_EQ(restore_error(dir.path(), target_state()),
+            from_rank(0) + "restore_checkpoint: file '" + file +
+                "': unknown format version 3 (this build reads versions 1 to 2)");
 }
 
 TEST(CheckpointBadFiles, HdfFileThatIsNotACheckpoint) {

@@ -184,7 +184,7 @@ TEST(CheckpointInspect, InfoVerifyAndOneChunkPerBlock) {
   if (world_rank() != 0) return;
   const CheckpointInfo info = read_checkpoint_info(file);
   EXPECT_EQ(info.format, "tessera-checkpoint");
-  EXPECT_EQ(info.version, 1);
+  EXPECT_EQ(info.version, 2);
   EXPECT_EQ(info.step, io_testing::reference_step);
   EXPECT_EQ(info.seed, io_testing::reference_seed);
   EXPECT_EQ(info.config, io_testing::reference_config);
