@@ -154,43 +154,56 @@ Tensor relayout(const Mesh& mesh, const Spec& from, const Spec& to, const Shape&
   const std::int64_t elem = static_cast<std::int64_t>(dtype_size(local.dtype()));
   Tensor out = Tensor::empty(local_shape(to, mesh.shape(), global), local.dtype());
 
+  // Counts and displacements are in elements (a contiguous type of one element's bytes), so a
+  // rank may send and receive up to 2^31 - 1 elements in all, not 2^31 - 1 bytes.
   std::vector<int> send_counts(group, 0), send_displs(group, 0), recv_counts(group, 0), recv_displs(group, 0);
-  std::int64_t send_total = 0, recv_total = 0;
+  std::int64_t send_total = 0, recv_total = 0;  // elements
   for (const auto& piece : pieces.sends) {
     if (piece.peer == me) continue;
-    send_counts[piece.peer] = checked_count(piece.numel() * elem, "reshard (redistribute)");
-    send_total += piece.numel() * elem;
+    send_counts[piece.peer] = checked_count(piece.numel(), "reshard (redistribute)");
+    send_total += piece.numel();
   }
   for (const auto& piece : pieces.receives) {
     if (piece.peer == me) continue;
-    recv_counts[piece.peer] = checked_count(piece.numel() * elem, "reshard (redistribute)");
-    recv_total += piece.numel() * elem;
+    recv_counts[piece.peer] = checked_count(piece.numel(), "reshard (redistribute)");
+    recv_total += piece.numel();
   }
   checked_count(std::max(send_total, recv_total), "reshard (redistribute)");
   for (int p = 1; p < group; ++p) {
     send_displs[p] = send_displs[p - 1] + send_counts[p - 1];
     recv_displs[p] = recv_displs[p - 1] + recv_counts[p - 1];
   }
-  CommStats::global().record({"redistribute", axes, -1, send_total});
+  CommStats::global().record({"redistribute", axes, -1, send_total * elem});
 
-  Tensor send_buffer = scratch_buffer(send_total);
-  Tensor recv_buffer = scratch_buffer(recv_total);
+  Tensor send_buffer = scratch_buffer(send_total * elem);
+  Tensor recv_buffer = scratch_buffer(recv_total * elem);
   for (const auto& piece : pieces.sends) {
     Tensor box = extract_block(local, piece.at_from, piece.shape);
     if (piece.peer == me) {
       // My own piece: the receive list has its place in my new block.
       insert_block(out, box, piece.at_to);
     } else {
-      std::memcpy(static_cast<std::byte*>(send_buffer.raw()) + send_displs[piece.peer], box.raw(), box.nbytes());
+      std::memcpy(static_cast<std::byte*>(send_buffer.raw()) + send_displs[piece.peer] * elem, box.raw(), box.nbytes());
     }
   }
-  check_mpi(MPI_Alltoallv(send_buffer.raw(), send_counts.data(), send_displs.data(), MPI_BYTE, recv_buffer.raw(),
-                          recv_counts.data(), recv_displs.data(), MPI_BYTE, comm.handle()),
+  const Message element = contiguous_message(elem, "reshard (redistribute)");
+  MPI_Datatype element_type = element.type.get();
+  MpiType element_owner;
+  if (element.count != 1) {
+    MPI_Datatype t;
+    check_mpi(MPI_Type_contiguous(element.count, element.type.get(), &t), "MPI_Type_contiguous");
+    check_mpi(MPI_Type_commit(&t), "MPI_Type_commit");
+    element_owner = MpiType(t, true);
+    element_type = t;
+  }
+  check_mpi(MPI_Alltoallv(send_buffer.raw(), send_counts.data(), send_displs.data(), element_type, recv_buffer.raw(),
+                          recv_counts.data(), recv_displs.data(), element_type, comm.handle()),
             "MPI_Alltoallv (reshard redistribute)");
   for (const auto& piece : pieces.receives) {
     if (piece.peer == me) continue;
     Tensor box = Tensor::empty(piece.shape, local.dtype());
-    std::memcpy(box.raw(), static_cast<const std::byte*>(recv_buffer.raw()) + recv_displs[piece.peer], box.nbytes());
+    std::memcpy(box.raw(), static_cast<const std::byte*>(recv_buffer.raw()) + recv_displs[piece.peer] * elem,
+                box.nbytes());
     insert_block(out, box, piece.at_to);
   }
   return out;
