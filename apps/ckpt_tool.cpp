@@ -1,10 +1,11 @@
 // ckpt_tool: inspect tessera checkpoints.
 //   ckpt_tool list PATH      step, seed, mesh, configuration and every array (path, shape, spec,
 //                            logical names, dtype, chunk)
-//   ckpt_tool verify PATH    reads every chunk so each Fletcher32 checksum is checked; exit 1 on
-//                            a failure
+//   ckpt_tool verify PATH    reads every chunk so each Fletcher32 checksum and digest entry is
+//                            checked; exit 3 on a failure
 // PATH is a checkpoint file or a directory (its latest complete checkpoint). Runs on one process
-// (mpirun is not needed); exit code 2 for a bad command line or a file that is not a checkpoint.
+// (mpirun is not needed). Exit codes: 0 ok, 2 a bad command line or a file that is not a
+// checkpoint, 3 a checkpoint that fails its integrity checks (corrupt, incomplete, truncated).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -13,6 +14,7 @@
 
 #include "apps/cli_main.h"
 #include "io/checkpoint.h"
+#include "io/parallel_file.h"
 #include "mesh/environment.h"
 
 namespace {
@@ -56,8 +58,29 @@ int verify(const std::string& path) {
   tessera::read_checkpoint_info(file);
   std::string report;
   const bool ok = tessera::verify_checkpoint(file, &report);
-  std::cout << report << (report.empty() || report.back() == '\n' ? "" : "\n") << (ok ? "ok" : "FAILED") << '\n';
-  return ok ? 0 : 1;
+  std::cout << report << (report.empty() || report.back() == '\n' ? "" : "\n") << (ok ? "ok" : "FAILED") << std::endl;
+  if (!ok) {
+    std::size_t failed = 0, arrays = 0;
+    for (std::size_t at = 0; (at = report.find('\n', at)) != std::string::npos; ++at) {
+      const std::size_t next = at + 1;
+      if (report.compare(next, 7, "FAILED ") == 0) ++failed;
+      if (report.compare(next, 7, "FAILED ") == 0 || report.compare(next, 7, "ok     ") == 0) ++arrays;
+    }
+    std::cerr << "ckpt_tool: '" << file << "' failed verification: " << failed << " of " << arrays << " arrays\n";
+  }
+  return ok ? 0 : 3;
+}
+
+// Runs `command`, raising an integrity failure of the file as IntegrityError (exit code 3).
+template <class F>
+int integrity_checked(F&& command) {
+  try {
+    return command();
+  } catch (const tessera::IntegrityError&) {
+    throw;
+  } catch (const tessera::IoError& e) {
+    tessera::checkpoint_io::throw_io_error(e.what());
+  }
 }
 
 }  // namespace
@@ -72,6 +95,6 @@ int main(int argc, char** argv) {
   auto* verify_cmd = app.add_subcommand("verify", "check every chunk's Fletcher32 checksum");
   verify_cmd->add_option("path", path, "checkpoint file or directory")->required();
   return tessera::apps::parse_and_run("ckpt_tool", app, argc, argv, [&](int) {
-    return list_cmd->parsed() ? list(path) : verify(path);
+    return integrity_checked([&] { return list_cmd->parsed() ? list(path) : verify(path); });
   });
 }

@@ -10,7 +10,7 @@
 //     MPI_COMM_WORLD made before `run`, so it cannot match a collective `run` was inside) and
 //     polls it for up to kAgreeSeconds;
 //   - if it completes, every rank failed: rank 0 prints its message once ("program: message")
-//     and every rank returns 2;
+//     and every rank returns 2 (3 for an IntegrityError: a checkpoint that fails its checks);
 //   - if not, some rank is elsewhere (in a collective, or still running): the rank prints
 //     "program: rank R: message" and calls MPI_Abort(MPI_COMM_WORLD, 2), so the job ends within
 //     seconds with exit code 2 and the message.
@@ -66,7 +66,8 @@ inline bool all_ranks_failed(MPI_Comm comm) {
 }
 
 // Parses the command line into `app`'s options, then returns run(rank), or the exit code of the
-// error it raised (--help, --version: 0; CLI11 parse errors and tessera::Error: 2).
+// error it raised (--help, --version: 0; CLI11 parse errors and tessera::Error: 2;
+// tessera::IntegrityError: 3; anything else aborts the job with 1).
 template <class Run>
 int parse_and_run(const char* program, CLI::App& app, int argc, char** argv, Run&& run) {
   int rank = 0;
@@ -90,14 +91,16 @@ int parse_and_run(const char* program, CLI::App& app, int argc, char** argv, Run
     MPI_Comm_free(&agree);
     return rc;
   } catch (const Error& e) {
+    // Exit codes: 3 a checkpoint that fails its integrity checks, 2 any other bad input.
+    const int code = dynamic_cast<const IntegrityError*>(&e) != nullptr ? 3 : 2;
     if (all_ranks_failed(agree)) {
       if (rank == 0) std::cerr << program << ": " << e.what() << '\n';
       MPI_Comm_free(&agree);
-      return 2;
+      return code;
     }
     std::cerr << program << ": rank " << rank << ": " << e.what() << std::endl;
-    MPI_Abort(MPI_COMM_WORLD, 2);
-    return 2;
+    MPI_Abort(MPI_COMM_WORLD, code);
+    return code;
   } catch (const std::exception& e) {
     std::cerr << program << " (rank " << rank << "): " << e.what() << std::endl;
     MPI_Abort(MPI_COMM_WORLD, 1);

@@ -49,6 +49,13 @@ class IoError : public Error {
   using Error::Error;
 };
 
+// A checkpoint whose data fails its checks: a Fletcher32 mismatch, a chunk that disagrees with
+// the file's digest, a file cut short. Programs exit with code 3 for it (2 is bad input).
+class IntegrityError : public IoError {
+ public:
+  using IoError::IoError;
+};
+
 // A bad command-line flag or configuration value.
 class UsageError : public Error {
  public:

@@ -1,6 +1,8 @@
 // Shared pieces of parallel save and restore.
 #include "io/parallel_file.h"
 
+#include "core/checked.h"
+#include "mesh/agree.h"
 #include "mesh/mpi_check.h"
 
 namespace tessera::checkpoint_io {
@@ -92,6 +94,8 @@ haddr_t filtered_chunk_address(hid_t dataset, const std::vector<hsize_t>& start,
   check_h5(H5Dget_chunk_info_by_coord(dataset, start.data(), &mask, &address, &stored), "H5Dget_chunk_info_by_coord",
            context);
   if (address == HADDR_UNDEF) throw IoError(std::string(context) + ": chunk at " + where + " is missing");
+  // The chunk's end must be a file offset: readers add the size to the address.
+  (void)checked_cast<std::int64_t>(checked_add<std::uint64_t>(address, stored, "chunk end offset"), "chunk end offset");
   if (stored != chunk_bytes + 4 || mask != 0) {
     throw IoError(std::string(context) + ": chunk at " + where + " is stored with " + std::to_string(stored) +
                   " bytes and filter mask " + std::to_string(mask) + "; expected " + std::to_string(chunk_bytes + 4) +
@@ -120,6 +124,17 @@ std::string broadcast_string(const Communicator& comm, std::string value, int ro
   value.resize(length);
   check_mpi(MPI_Bcast(value.data(), length, MPI_CHAR, root, comm.handle()), "MPI_Bcast");
   return value;
+}
+
+void throw_io_error(const std::string& message) {
+  for (const char* phrase : {corrupt_phrase, incomplete_phrase, truncated_phrase}) {
+    if (message.find(phrase) != std::string::npos) throw IntegrityError(message);
+  }
+  throw IoError(message);
+}
+
+void agree_or_throw_io(const Communicator& comm, const std::optional<std::string>& local_error) {
+  if (auto message = first_error(comm, local_error)) throw_io_error(*message);
 }
 
 }  // namespace tessera::checkpoint_io

@@ -82,4 +82,16 @@ std::optional<std::string> capture_error(F&& step) {
   return std::nullopt;
 }
 
+// Every message of a data integrity failure ends in one of these phrases, so that an error agreed
+// on as text (agree.h) is raised again as an IntegrityError.
+inline constexpr const char* corrupt_phrase = "the file is corrupt";
+inline constexpr const char* incomplete_phrase = "the file is incomplete";
+inline constexpr const char* truncated_phrase = "truncated file";
+
+// Throws IntegrityError(message) when it names an integrity failure, else IoError(message).
+[[noreturn]] void throw_io_error(const std::string& message);
+
+// Collective: every rank throws the first error any rank passed (see throw_io_error).
+void agree_or_throw_io(const Communicator& comm, const std::optional<std::string>& local_error);
+
 }  // namespace tessera::checkpoint_io

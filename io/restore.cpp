@@ -21,6 +21,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "core/checked.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "io/checkpoint_format.h"
@@ -149,6 +150,7 @@ std::vector<hsize_t> direct_chunk_shape(hid_t dataset, const std::string& contex
 // was cut off).
 void read_exactly(MPI_File handle, std::uint64_t offset, void* out, std::uint64_t bytes, const std::string& context) {
   constexpr std::uint64_t max_run = checkpoint_io::max_mpi_run;
+  (void)checked_cast<MPI_Offset>(checked_add(offset, bytes, "file offset"), "file offset");
   for (std::uint64_t done = 0; done < bytes; done += max_run) {
     const int count = static_cast<int>(std::min(max_run, bytes - done));
     MPI_Status status;
@@ -301,9 +303,9 @@ CheckpointState restore_checkpoint(const std::string& dir_or_file, const Checkpo
   std::string file;
   std::optional<std::string> error;
   if (comm.rank() == 0) error = capture_error([&] { file = resolve_file(dir_or_file); });
-  agree_or_throw<IoError>(comm, error);
+  checkpoint_io::agree_or_throw_io(comm, error);
   file = checkpoint_io::broadcast_string(comm, file, 0);
-  agree_or_throw<IoError>(comm, capture_error([&] { check_readable(file); }));
+  checkpoint_io::agree_or_throw_io(comm, capture_error([&] { check_readable(file); }));
 
   const std::string context = "restore_checkpoint: " + format::file_context(file);
   H5Handle handle;
@@ -312,7 +314,7 @@ CheckpointState restore_checkpoint(const std::string& dir_or_file, const Checkpo
     handle = file_handle(H5Fopen(checkpoint_io::mpi_io_name(file).c_str(), H5F_ACC_RDONLY, access.get()), "H5Fopen",
                          context);
   });
-  agree_or_throw<IoError>(comm, error);
+  checkpoint_io::agree_or_throw_io(comm, error);
 
   CheckpointState result;
   std::vector<H5Handle> datasets;
@@ -344,8 +346,8 @@ CheckpointState restore_checkpoint(const std::string& dir_or_file, const Checkpo
   // Every rank closes (collective) whatever happened, then the outcome is agreed.
   datasets.clear();
   auto close_error = capture_error([&] { handle.close(context); });
-  if (agreed) throw IoError(*agreed);
-  agree_or_throw<IoError>(comm, error ? error : close_error);
+  if (agreed) checkpoint_io::throw_io_error(*agreed);
+  checkpoint_io::agree_or_throw_io(comm, error ? error : close_error);
   return result;
 }
 

@@ -179,7 +179,7 @@ expect ckpt_tool.no_subcommand 2 'A subcommand is required' one "$ck"
 expect ckpt_tool.missing_file 2 "ckpt_tool: .*'$work/nope.h5'" one "$ck" list "$work/nope.h5"
 expect ckpt_tool.empty_dir 2 "^ckpt_tool: no complete checkpoint in '$work/empty_dir'" one "$ck" list "$work/empty_dir"
 expect ckpt_tool.not_hdf5 2 "'$work/text.h5'.*not an HDF5 file" one "$ck" verify "$work/text.h5"
-expect ckpt_tool.truncated 2 "'$work/truncated.h5'" one "$ck" list "$work/truncated.h5"
+expect ckpt_tool.truncated 3 "'$work/truncated.h5'.*truncated file" one "$ck" list "$work/truncated.h5"
 
 mkdir -p "$work/resume_text"
 cp "$work/text.h5" "$work/resume_text/ckpt_00000005.h5"
@@ -217,6 +217,12 @@ cp -r "$good" "$work/negative_count"
 expect resume.negative_count 2 "^train_mlp: train state checkpoint: dataset '/opt_state/count' holds -5; an optimizer step count is >= 0$" \
   mpi "$tm" --mesh "$mesh" --depth 16 --layers 1 --batch 8 --quiet --steps 4 --resume --ckpt-dir "$work/negative_count"
 
+# A flipped byte in a chunk: the resume fails its integrity check with exit code 3.
+cp -r "$good" "$work/corrupt"
+"$damage" "$(ls "$work/corrupt"/ckpt_*.h5 | head -1)" flip-chunk params/DotReluDot_0/W2 >/dev/null
+expect resume.corrupt_chunk 3 "dataset '/params/DotReluDot_0/W2': data failed its Fletcher32 checksum \\(the file is corrupt\\)" \
+  mpi "$tm" --mesh "$mesh" --depth 16 --layers 1 --batch 8 --quiet --steps 4 --resume --ckpt-dir "$work/corrupt"
+expect ckpt_tool.verify_corrupt_chunk 3 "^ckpt_tool: '$work/corrupt/ckpt_[0-9]+\\.h5' failed verification: 1 of [0-9]+ arrays$" one "$ck" verify "$work/corrupt"
 finish
 echo "catalogue ($ranks ranks): $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

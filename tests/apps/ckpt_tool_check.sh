@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ckpt_tool_check.sh WORKDIR CKPT_TOOL CKPT_DAMAGE COMMAND...: COMMAND (train_mlp under mpirun)
 # saves a checkpoint; ckpt_tool lists its arrays and verifies it (exit 0); after one flipped byte
-# in a chunk of data (ckpt_damage flip-chunk), verify fails (exit 1) naming the dataset and the
+# in a chunk of data (ckpt_damage flip-chunk), verify fails (exit 3) naming the dataset and the
 # checksum.
 set -uo pipefail
 work=$1
@@ -20,14 +20,14 @@ file=$(ls "$work"/ckpt/ckpt_*.h5 | head -1)
 "$damage" "$file" flip-chunk params/DotReluDot_1/W2 || { echo "FAIL: ckpt_damage" >&2; exit 1; }
 out=$("$tool" verify "$work/ckpt" 2>&1)
 rc=$?
-[ $rc -eq 1 ] || { echo "FAIL: verify of a corrupted file exited $rc" >&2; echo "$out" >&2; exit 1; }
+[ $rc -eq 3 ] || { echo "FAIL: verify of a corrupted file exited $rc" >&2; echo "$out" >&2; exit 1; }
 grep -q "FAILED /params/DotReluDot_1/W2: .*Fletcher32" <<<"$out" || { echo "FAIL: verify did not name the checksum" >&2; echo "$out" >&2; exit 1; }
 # A chunk that was never written (zeros, and a zero checksum that HDF5's filter accepts) is caught
 # by the digest.
 "$damage" "$file" zero-chunk params/DotReluDot_2/W2 || { echo "FAIL: ckpt_damage" >&2; exit 1; }
 out=$("$tool" verify "$work/ckpt" 2>&1)
 rc=$?
-[ $rc -eq 1 ] || { echo "FAIL: verify of a file with a hole exited $rc" >&2; echo "$out" >&2; exit 1; }
+[ $rc -eq 3 ] || { echo "FAIL: verify of a file with a hole exited $rc" >&2; echo "$out" >&2; exit 1; }
 grep -q "FAILED /params/DotReluDot_2/W2: .*sums to 0 but the checkpoint's digest says" <<<"$out" ||
   { echo "FAIL: verify did not name the digest" >&2; echo "$out" >&2; exit 1; }
 echo "ok: list, verify, a flipped byte and a chunk never written caught"
