@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "apps/cli_main.h"
+#include "apps/step_profile.h"
 #include "apps/synthetic_data.h"
 #include "io/atomic_dir.h"
 #include "io/directory_lock.h"
@@ -280,13 +281,24 @@ int run(const Options& o, int world_rank) {
     if (!metrics) std::cerr << "train_mlp: cannot write metrics file '" << o.metrics << "'; continuing without\n";
   }
   std::int64_t last_saved = -1;
+  nn::StepTimes times;
+  step_options.times = &times;
+  apps::RunProfile run_profile;
   while (state.step < o.steps) {
     const std::int64_t step = state.step;
     const nn::Batch batch = data.batch(step);
     checkpoint_dir::test_kill_point("step" + std::to_string(step + 1), world_rank);  // fault tests only
+    CommStats::global().reset();  // this step's records only
+    const double comm_before = CommStats::global().seconds();
     const auto start = std::chrono::steady_clock::now();
     const double loss = nn::train_step(state, optimizer, loss_fn, batch, step_options);
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const apps::StepProfile profile = apps::profile_step(
+        mesh.comm().handle(),
+        {seconds, CommStats::global().seconds() - comm_before, times.optimizer_seconds, times.optimizer_comm_seconds},
+        CommStats::global().records());
+    run_profile.add(profile);
+    const double ms = profile.step_ms;
     const double samples_per_s = o.batch / (ms / 1000.0);
     if (root) {
       if (!o.quiet) std::printf("step %6lld  loss %.9g  %8.1f ms/step  %8.1f samples/s\n",
@@ -294,9 +306,9 @@ int run(const Options& o, int world_rank) {
       std::fflush(stdout);
       if (metrics) {
         char line[256];
-        std::snprintf(line, sizeof line, "{\"step\":%lld,\"loss\":%.17g,\"ms\":%.3f,\"samples_per_s\":%.3f}\n",
+        std::snprintf(line, sizeof line, "{\"step\":%lld,\"loss\":%.17g,\"ms\":%.3f,\"samples_per_s\":%.3f",
                       static_cast<long long>(step + 1), loss, ms, samples_per_s);
-        metrics << line << std::flush;
+        metrics << line << apps::metrics_fields(profile) << "}\n" << std::flush;
       }
     }
     if (!o.ckpt_dir.empty() && o.save_every > 0 && state.step % o.save_every == 0) {
@@ -316,6 +328,7 @@ int run(const Options& o, int world_rank) {
       data.batch(state.step).x);
   out.set_name("output");
   if (root) std::cout << "\ninference output: " << out.picture();
+  if (root && !o.quiet && run_profile.steps() > 0) std::cout << '\n' << run_profile.table();
   return 0;
 }
 

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "collectives/collectives.h"
+#include "collectives/comm_stats.h"
 #include "collectives/layout.h"
 #include "mesh/mpi_check.h"
 
@@ -11,6 +12,7 @@ namespace tessera {
 using detail::BlockLayout;
 
 Tensor all_gather(const Mesh& mesh, const Tensor& local, const Axes& axes, int dim) {
+  const CommTimer timer;  // this rank's time inside collectives (CommStats::seconds)
   const Communicator& comm = mesh.axes_comm(axes);
   const int n = comm.size();
   Shape out_shape = local.shape();

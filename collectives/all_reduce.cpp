@@ -4,6 +4,7 @@
 #include <climits>
 
 #include "collectives/collectives.h"
+#include "collectives/comm_stats.h"
 #include "mesh/mpi_check.h"
 
 namespace tessera {
@@ -27,6 +28,7 @@ std::int64_t all_reduce_bytes(int n, std::int64_t bytes) { return 2 * (n - 1) * 
 }  // namespace
 
 Tensor all_reduce(const Mesh& mesh, const Tensor& local, const Axes& axes, ReduceOp op) {
+  const CommTimer timer;  // this rank's time inside collectives (CommStats::seconds)
   const Communicator& comm = mesh.axes_comm(axes);
   const int n = comm.size();
   CommStats::global().record({"all_reduce", axes, -1, all_reduce_bytes(n, static_cast<std::int64_t>(local.nbytes()))});
@@ -37,6 +39,7 @@ Tensor all_reduce(const Mesh& mesh, const Tensor& local, const Axes& axes, Reduc
 }
 
 Tensor all_reduce(const Mesh& mesh, Tensor&& local, const Axes& axes, ReduceOp op) {
+  const CommTimer timer;  // this rank's time inside collectives (CommStats::seconds)
   const Communicator& comm = mesh.axes_comm(axes);
   const int n = comm.size();
   CommStats::global().record({"all_reduce", axes, -1, all_reduce_bytes(n, static_cast<std::int64_t>(local.nbytes()))});

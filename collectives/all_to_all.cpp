@@ -2,12 +2,14 @@
 // straight from the tensor when it is the outermost dimension, through a strided datatype (or a
 // memcpy pack) otherwise; likewise the received pieces land along the concat dimension.
 #include "collectives/collectives.h"
+#include "collectives/comm_stats.h"
 #include "collectives/layout.h"
 #include "mesh/mpi_check.h"
 
 namespace tessera {
 
 Tensor all_to_all(const Mesh& mesh, const Tensor& local, const Axes& axes, int split_dim, int concat_dim) {
+  const CommTimer timer;  // this rank's time inside collectives (CommStats::seconds)
   const Communicator& comm = mesh.axes_comm(axes);
   const int n = comm.size();
   const detail::BlockLayout send_layout =

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "collectives/collectives.h"
+#include "collectives/comm_stats.h"
 #include "collectives/layout.h"
 #include "core/error.h"
 #include "mesh/mpi_check.h"
@@ -10,6 +11,7 @@
 namespace tessera {
 
 Tensor broadcast(const Mesh& mesh, const Tensor& local, const Axes& axes, int root) {
+  const CommTimer timer;  // this rank's time inside collectives (CommStats::seconds)
   const int n = axes_size(mesh, axes);
   if (root < 0 || root >= n) {
     throw SpecError("broadcast: root " + std::to_string(root) + " is not a position of axes_comm over " +

@@ -29,6 +29,20 @@ std::int64_t CommStats::total_bytes() const {
 
 void CommStats::record(CommRecord r) { records_.push_back(std::move(r)); }
 
+namespace {
+thread_local int open_timers = 0;
+}  // namespace
+
+CommTimer::CommTimer() : outermost_(open_timers++ == 0), start_(std::chrono::steady_clock::now()) {}
+
+CommTimer::~CommTimer() {
+  --open_timers;
+  if (outermost_) {
+    CommStats::global().add_seconds(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+  }
+}
+
 CommScope::CommScope()
     : begin_(CommStats::global().records().size()), generation_(CommStats::global().generation()) {}
 

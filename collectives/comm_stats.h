@@ -17,6 +17,7 @@
 // A collective over axes of total size 1 records 0 bytes.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -52,9 +53,30 @@ class CommStats {
   // Incremented by reset(), so a scope can tell that its start index no longer applies.
   std::uint64_t generation() const { return generation_; }
 
+  // Wall-clock seconds this rank has spent inside tessera's collectives (packing, the MPI call,
+  // unpacking; a collective called inside another counts once). reset() does not clear it:
+  // callers take differences.
+  double seconds() const { return seconds_; }
+  void add_seconds(double s) { seconds_ += s; }
+
  private:
   std::vector<CommRecord> records_;
   std::uint64_t generation_ = 0;
+  double seconds_ = 0;
+};
+
+// RAII: adds its lifetime to CommStats::global().seconds() unless another CommTimer is open
+// (reshard's relayout calls collectives of its own). Every collective opens one.
+class CommTimer {
+ public:
+  CommTimer();
+  ~CommTimer();
+  CommTimer(const CommTimer&) = delete;
+  CommTimer& operator=(const CommTimer&) = delete;
+
+ private:
+  bool outermost_;
+  std::chrono::steady_clock::time_point start_;
 };
 
 // RAII: the records made (on this rank) during its lifetime.

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "collectives/collectives.h"
+#include "collectives/comm_stats.h"
 #include "collectives/layout.h"
 #include "core/error.h"
 #include "mesh/mpi_check.h"
@@ -11,6 +12,7 @@
 namespace tessera {
 
 Tensor permute(const Mesh& mesh, const Tensor& local, const Axes& axes, const std::vector<std::pair<int, int>>& perm) {
+  const CommTimer timer;  // this rank's time inside collectives (CommStats::seconds)
   const int n = axes_size(mesh, axes);
   std::vector<int> dest_of(n, -1), source_of(n, -1);
   for (const auto& [from, to] : perm) {

@@ -146,6 +146,7 @@ bool relayout_is_permutation(const MeshShape& mesh, const Spec& from, const Spec
 }
 
 Tensor relayout(const Mesh& mesh, const Spec& from, const Spec& to, const Shape& global, const Tensor& local) {
+  const CommTimer timer;  // this rank's time inside collectives (CommStats::seconds)
   const Axes axes = relayout_axes(mesh.shape(), from, to);
   const Communicator& comm = mesh.axes_comm(axes);
   const int group = comm.size();

@@ -2,12 +2,14 @@
 // must be the k-th consecutive chunk of the send buffer, so an inner dimension is packed first
 // (MPI's predefined reductions need predefined element types, not strided ones).
 #include "collectives/collectives.h"
+#include "collectives/comm_stats.h"
 #include "collectives/layout.h"
 #include "mesh/mpi_check.h"
 
 namespace tessera {
 
 Tensor reduce_scatter(const Mesh& mesh, const Tensor& local, const Axes& axes, int dim) {
+  const CommTimer timer;  // this rank's time inside collectives (CommStats::seconds)
   const Communicator& comm = mesh.axes_comm(axes);
   const int n = comm.size();
   const detail::BlockLayout layout = detail::block_layout(local.shape(), local.dtype(), dim, n, "reduce_scatter");

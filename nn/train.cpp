@@ -2,6 +2,9 @@
 // partial) and resharded once to each parameter's spec, then the optimizer's local update.
 #include "nn/train.h"
 
+#include <chrono>
+
+#include "collectives/comm_stats.h"
 #include "collectives/reshard.h"
 #include "core/error.h"
 #include "core/kernels.h"
@@ -119,7 +122,14 @@ ShardedTensor infer_step(ParamTree& params, const ApplyFn& apply, const ShardedT
 double train_step(TrainState& state, const Optimizer& optimizer, const LossFn& loss_fn, const Batch& batch,
                   const StepOptions& options) {
   LossAndGrads lg = value_and_grad_lent(state.params, loss_fn, batch, options);
+  const auto start = std::chrono::steady_clock::now();
+  const double comm_before = CommStats::global().seconds();
   optimizer.update(state.params, lg.grads, state.opt_state);
+  if (options.times != nullptr) {
+    options.times->optimizer_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    options.times->optimizer_comm_seconds = CommStats::global().seconds() - comm_before;
+  }
   state.step += 1;
   return lg.loss;
 }

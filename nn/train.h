@@ -26,12 +26,20 @@ struct Batch {
 // The loss of a batch (or microbatch) given the parameters as variables.
 using LossFn = std::function<Var(const VarTree& params, const Batch& batch)>;
 
+// Filled by train_step when StepOptions::times is set: the optimizer's wall-clock seconds on this
+// rank, and the part of them spent inside collectives.
+struct StepTimes {
+  double optimizer_seconds = 0;
+  double optimizer_comm_seconds = 0;
+};
+
 struct StepOptions {
   // k serial microbatches with gradient accumulation (xmap's SerialLoop): each rank splits its
   // block of the batch's leading dimension in k; activation memory drops by k.
   int microbatches = 1;
   // How microbatch losses combine: a sum loss adds, a mean loss averages.
   enum class Reduction { sum, mean } reduction = Reduction::mean;
+  StepTimes* times = nullptr;
 };
 
 // Value and gradients of the loss, gradients in their parameters' specs.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # plot_metrics_check.sh WORKDIR PLOT_SCRIPT COMMAND...: COMMAND (train_mlp under mpirun) writes a
-# metrics file; scripts/plot_metrics must turn it into non-empty PNG files (loss, time per step)
+# metrics file; scripts/plot_metrics must turn it into non-empty PNG files (loss, time split, bytes)
 # and print their paths, and refuse a file that is not metrics with exit 2 and one message.
 set -uo pipefail
 work=$1
@@ -10,7 +10,7 @@ rm -rf "$work" && mkdir -p "$work"
 "$@" --steps 5 --metrics "$work/run.jsonl" >/dev/null || { echo "FAIL: training run" >&2; exit 1; }
 out=$("$plot" -o "$work/plots" "$work/run.jsonl") || { echo "FAIL: plot_metrics exited $?" >&2; exit 1; }
 echo "$out"
-for kind in loss time; do
+for kind in loss time bytes; do
   png="$work/plots/run_$kind.png"
   grep -qxF "$png" <<<"$out" || { echo "FAIL: $png not printed" >&2; exit 1; }
   [ "$(head -c 8 "$png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] || { echo "FAIL: $png is not a PNG" >&2; exit 1; }
