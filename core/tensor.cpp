@@ -10,37 +10,6 @@
 
 namespace tessera {
 
-std::size_t dtype_size(DType dtype) {
-  switch (dtype) {
-    case DType::f32:
-      return 4;
-    case DType::f64:
-      return 8;
-    case DType::i32:
-      return 4;
-  }
-  return 0;
-}
-
-std::string_view dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::f32:
-      return "f32";
-    case DType::f64:
-      return "f64";
-    case DType::i32:
-      return "i32";
-  }
-  return "?";
-}
-
-DType parse_dtype(std::string_view name) {
-  if (name == "f32") return DType::f32;
-  if (name == "f64") return DType::f64;
-  if (name == "i32") return DType::i32;
-  throw SpecError("unknown dtype '" + std::string(name) + "' (expected f32, f64 or i32)");
-}
-
 std::int64_t numel(const Shape& shape) {
   std::int64_t n = 1;
   for (auto d : shape) n = checked_mul<std::int64_t>(n, d, "element count");
@@ -160,7 +129,16 @@ Tensor Tensor::reshaped(Shape shape) && {
 
 Tensor Tensor::astype(DType dtype) const {
   if (dtype == dtype_) return *this;
-  Tensor out(shape_, dtype);
+  Tensor out = Tensor::empty(shape_, dtype);  // every element is written below
+  const auto n = static_cast<std::size_t>(numel_);
+  if (dtype_ == DType::f32 && dtype == DType::bf16) {
+    convert_f32_to_bf16(data<float>(), out.data<bfloat16>(), n);
+    return out;
+  }
+  if (dtype_ == DType::bf16 && dtype == DType::f32) {
+    convert_bf16_to_f32(data<bfloat16>(), out.data<float>(), n);
+    return out;
+  }
   dispatch_dtype(dtype_, [&](auto from_zero) {
     using From = decltype(from_zero);
     dispatch_dtype(dtype, [&](auto to_zero) {

@@ -62,6 +62,8 @@ inline Tensor reference_value(const ArrayDef& def) {
         t.data<T>()[i] = static_cast<double>(k) / 3.0 - 17.25;
       } else if constexpr (std::is_same_v<T, float>) {
         t.data<T>()[i] = static_cast<float>(k) / 64.0f - 3.5f;
+      } else if constexpr (std::is_same_v<T, bfloat16>) {
+        t.data<T>()[i] = bfloat16(static_cast<float>(k % 4093) / 16.0f - 100.0f);
       } else {
         t.data<T>()[i] = static_cast<T>(k) + 42;
       }
