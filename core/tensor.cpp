@@ -30,13 +30,18 @@ std::vector<std::int64_t> row_major_strides(const Shape& shape) {
   return strides;
 }
 
-void Tensor::Free::operator()(std::byte* p) const noexcept { pool_free(p, bytes); }
+void Tensor::Free::operator()(std::byte* p) const noexcept {
+  if (p == nullptr) return;
+  count_tensor_free(bytes);
+  pool_free(p, bytes);
+}
 
 std::unique_ptr<std::byte[], Tensor::Free> Tensor::allocate(std::size_t bytes, bool zero) {
   constexpr std::size_t alignment = 64;
   std::size_t rounded = std::max<std::size_t>(alignment, (bytes + alignment - 1) / alignment * alignment);
   auto* p = static_cast<std::byte*>(pool_allocate(rounded));
   if (p == nullptr) throw Error("Tensor: cannot allocate " + std::to_string(bytes) + " bytes");
+  count_tensor_allocation(rounded);
   if (zero) std::memset(p, 0, rounded);
   return std::unique_ptr<std::byte[], Free>(p, Free{rounded});
 }
