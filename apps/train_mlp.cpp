@@ -359,13 +359,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--seed", o.seed, "seed of parameters, data and teacher")->capture_default_str();
   app.add_option("--microbatches", o.microbatches, "serial microbatches per step")->capture_default_str();
-  app.add_option("--ckpt-dir", o.ckpt_dir, "checkpoint directory (saves at the end, and every --save-every)");
+  app.add_option("--ckpt-dir", o.ckpt_dir, "checkpoint directory: saves at the end and every --save-every (default: none, no checkpoints)");
   app.add_option("--save-every", o.save_every, "save every N steps (0: only at the end)")->capture_default_str();
   app.add_option("--keep", o.keep, "checkpoints kept")->capture_default_str();
   app.add_flag("--resume", o.resume, "continue from the latest checkpoint in --ckpt-dir");
   app.add_flag("--overwrite", o.overwrite,
                "delete the checkpoints already in --ckpt-dir and start over (a run without it refuses them)");
-  app.add_option("--metrics", o.metrics, "write one JSON object per step to FILE");
+  app.add_option("--metrics", o.metrics, "write one JSON object per step to FILE (default: none)");
   app.add_flag("--quiet", o.quiet, "no progress line per step");
   return tessera::apps::parse_and_run("train_mlp", app, argc, argv, [&](int rank) { return run(o, rank); });
 }
