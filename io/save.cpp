@@ -47,7 +47,7 @@ void validate_for_save(const CheckpointState& state) {
   for (const auto& array : state.arrays) {
     format::validate_array_path(array.path);
     if (!paths.insert(array.path).second) throw IoError("save_checkpoint: array path '" + array.path + "' repeats");
-    const ShardedTensor& value = array.value;
+    const ShardedTensor& value = array.tensor();
     if (value.spec().is_partial()) {
       throw IoError("save_checkpoint: array '" + array.path + "' has the partial spec " + value.spec().to_string() +
                     "; reshard it to a spec without partial axes before saving");
@@ -108,13 +108,13 @@ std::vector<ChunkLayout> chunk_layouts(const CheckpointState& state, const SaveO
   total = 0;
   for (const auto& array : state.arrays) {
     ChunkLayout layout;
-    const Shape& global = array.value.global_shape();
+    const Shape& global = array.tensor().global_shape();
     if (!global.empty() && numel(global) > 0) {
       layout.chunked = true;
       const std::uint64_t limit = options.max_chunk_bytes > 0 ? std::min(options.max_chunk_bytes, format::max_chunk_bytes)
                                                               : format::max_chunk_bytes;
-      layout.chunk = format::chunk_shape(array.value.local().shape(), array.value.dtype(), limit);
-      layout.chunk_bytes = dtype_size(array.value.dtype());
+      layout.chunk = format::chunk_shape(array.tensor().local().shape(), array.tensor().dtype(), limit);
+      layout.chunk_bytes = dtype_size(array.tensor().dtype());
       layout.count = 1;
       for (std::size_t d = 0; d < global.size(); ++d) {
         layout.grid.push_back(static_cast<hsize_t>(global[d]) / layout.chunk[d]);
@@ -145,7 +145,7 @@ std::vector<hsize_t> grid_coords(std::size_t index, const std::vector<hsize_t>& 
 void lay_out_array(hid_t file, const CheckpointArray& array, const ChunkLayout& layout, const std::string& path,
                    std::uint64_t* addresses) {
   const std::string context = format::dataset_context(path, array.path);
-  const ShardedTensor& value = array.value;
+  const ShardedTensor& value = array.tensor();
   const Shape& global = value.global_shape();
   const DType dtype = value.dtype();
 
@@ -232,7 +232,7 @@ std::vector<OwnedChunk> owned_chunks(const CheckpointState& state, const std::ve
   std::vector<OwnedChunk> chunks;
   for (std::size_t a = 0; a < state.arrays.size(); ++a) {
     const ChunkLayout& layout = layouts[a];
-    const ShardedTensor& value = state.arrays[a].value;
+    const ShardedTensor& value = state.arrays[a].tensor();
     if (!layout.chunked || !writes_block(value)) continue;
     const Tensor& local = value.local();
     const Shape& block = local.shape();
