@@ -266,7 +266,7 @@ std::vector<OwnedChunk> owned_chunks(const CheckpointState& state, const std::ve
 }
 
 // One contiguous run of the file this rank writes, and the memory it comes from.
-struct Piece {
+struct FileSpan {
   std::uint64_t offset;
   const void* data;
   std::uint64_t bytes;
@@ -274,17 +274,17 @@ struct Piece {
 
 // The owned chunks at their addresses: each chunk's bytes, then its checksum, in file order, cut
 // into runs of at most max_mpi_run bytes.
-std::vector<Piece> file_pieces(const std::vector<OwnedChunk>& chunks, const std::vector<std::uint64_t>& addresses) {
-  std::vector<Piece> pieces;
+std::vector<FileSpan> file_pieces(const std::vector<OwnedChunk>& chunks, const std::vector<std::uint64_t>& addresses) {
+  std::vector<FileSpan> pieces;
   for (const OwnedChunk& chunk : chunks) {
     const std::uint64_t address = addresses[chunk.table_index];
     pieces.push_back({address, chunk.data, chunk.bytes});
     pieces.push_back({address + chunk.bytes, chunk.trailer.data(), chunk.trailer.size()});
   }
-  std::sort(pieces.begin(), pieces.end(), [](const Piece& x, const Piece& y) { return x.offset < y.offset; });
+  std::sort(pieces.begin(), pieces.end(), [](const FileSpan& x, const FileSpan& y) { return x.offset < y.offset; });
   constexpr std::uint64_t max_run = checkpoint_io::max_mpi_run;
-  std::vector<Piece> runs;
-  for (const Piece& piece : pieces) {
+  std::vector<FileSpan> runs;
+  for (const FileSpan& piece : pieces) {
     for (std::uint64_t done = 0; done < piece.bytes; done += max_run) {
       runs.push_back({piece.offset + done, static_cast<const std::byte*>(piece.data) + done,
                       std::min(max_run, piece.bytes - done)});
@@ -294,7 +294,7 @@ std::vector<Piece> file_pieces(const std::vector<OwnedChunk>& chunks, const std:
 }
 
 // Every rank: its pieces into the laid-out file, in one collective write.
-void write_pieces(const std::vector<Piece>& pieces, const Communicator& comm, const std::string& temporary,
+void write_pieces(const std::vector<FileSpan>& pieces, const Communicator& comm, const std::string& temporary,
                   const SaveOptions& options, std::int64_t step) {
   const std::string context = format::file_context(temporary);
   std::optional<std::string> error;
