@@ -2,9 +2,10 @@
 // buffers, in the same run, for message sizes from --min to --max (powers of 4) and for the
 // outermost dimension (no packing) and an inner one (strided blocks). One JSON object per line.
 // Sizes follow nccl-tests: all_gather's size is the gathered (output) size, the others' the
-// per-rank input. Time: the median over --iters iterations of the slowest rank, after warm-up,
-// with a barrier before each call. Bus bandwidth: size / time times (n-1)/n (all_gather,
-// reduce_scatter, all_to_all) or 2(n-1)/n (all_reduce). ratio = tessera busbw / raw busbw.
+// per-rank input. Time: the slowest rank's, with a barrier before each call, after warm-up; the
+// two calls are timed in --iters pairs, back to back, and the times printed are the medians.
+// Bus bandwidth: size / time times (n-1)/n (all_gather, reduce_scatter, all_to_all) or 2(n-1)/n
+// (all_reduce). ratio = the median over pairs of raw time / tessera time (= busbw ratio).
 //   scripts/mpirun/local.sh 8 build/apps/bench_collectives --min 4096 --max 67108864
 #include <CLI/CLI.hpp>
 
@@ -19,7 +20,6 @@
 #include <vector>
 
 #include "collectives/collectives.h"
-#include "collectives/layout.h"
 #include "core/error.h"
 #include "mesh/environment.h"
 #include "mesh/mesh.h"
@@ -29,25 +29,55 @@ namespace {
 
 using namespace tessera;
 
-// Median over iterations of the slowest rank's time of f, in seconds.
-double time_call(const Communicator& comm, int warmup, int iters, const std::function<void()>& f) {
-  for (int i = 0; i < warmup; ++i) f();
-  std::vector<double> times;
-  for (int i = 0; i < iters; ++i) {
-    comm.barrier();
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    double slowest = 0;
-    check_mpi(MPI_Allreduce(&t, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm.handle()), "MPI_Allreduce");
-    times.push_back(slowest);
+// The slowest rank's time of f, in seconds, after a barrier.
+double slowest_time(const Communicator& comm, const std::function<void()>& f) {
+  comm.barrier();
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double slowest = 0;
+  check_mpi(MPI_Allreduce(&t, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm.handle()), "MPI_Allreduce");
+  return slowest;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+struct Timing {
+  double mine_s, raw_s, ratio;  // medians; ratio = median of raw_i / mine_i
+};
+
+// tessera's call and the raw one timed in pairs, one right after the other (their order
+// alternating), so a disturbance of a shared or oversubscribed machine hits both members of a
+// pair alike; the ratio is the median of the pairs' ratios, not a ratio of two medians taken
+// minutes apart.
+Timing time_pairs(const Communicator& comm, int warmup, int iters, const std::function<void()>& mine,
+                  const std::function<void()>& raw) {
+  for (int i = 0; i < warmup; ++i) {
+    mine();
+    raw();
   }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  std::vector<double> t_mine, t_raw, ratios;
+  for (int i = 0; i < iters; ++i) {
+    double tm = 0, tr = 0;
+    if (i % 2 == 0) {
+      tr = slowest_time(comm, raw);
+      tm = slowest_time(comm, mine);
+    } else {
+      tm = slowest_time(comm, mine);
+      tr = slowest_time(comm, raw);
+    }
+    t_mine.push_back(tm);
+    t_raw.push_back(tr);
+    ratios.push_back(tr / tm);
+  }
+  return {median(t_mine), median(t_raw), median(ratios)};
 }
 
 struct Case {
-  std::string op;
+  CommOp op;
   double bus_factor;
   std::int64_t input_bytes;  // per rank
 };
@@ -64,7 +94,7 @@ int main(int argc, char** argv) {
   std::string pack = "datatype";
   app.add_option("--min", min_bytes, "smallest message size in bytes")->capture_default_str();
   app.add_option("--max", max_bytes, "largest message size in bytes")->capture_default_str();
-  app.add_option("--iters", iters, "timed iterations per point")->capture_default_str();
+  app.add_option("--iters", iters, "timed pairs (tessera call, raw call) per point")->capture_default_str();
   app.add_option("--warmup", warmup, "untimed iterations per point")->capture_default_str();
   app.add_option("--ops", ops, "collectives to run")->capture_default_str();
   app.add_option("--layouts", layouts, "outer (dimension 0) and/or inner (dimension 1 of [64, k])")
@@ -83,19 +113,28 @@ int main(int argc, char** argv) {
     }
     if (iters < 1) throw UsageError("--iters must be >= 1, got " + std::to_string(iters));
     if (warmup < 0) throw UsageError("--warmup must be >= 0, got " + std::to_string(warmup));
-    detail::set_pack_method(pack == "memcpy" ? detail::PackMethod::memcpy : detail::PackMethod::datatype);
+    std::vector<CommOp> kinds;
+    for (const auto& name : ops) {
+      const auto op = comm_op_from_string(name);
+      if (!op || (*op != CommOp::all_gather && *op != CommOp::reduce_scatter && *op != CommOp::all_to_all &&
+                  *op != CommOp::all_reduce)) {
+        throw UsageError("--ops: unknown collective '" + name +
+                         "' (all_gather, reduce_scatter, all_to_all, all_reduce)");
+      }
+      kinds.push_back(*op);
+    }
+    set_pack_method(pack == "memcpy" ? PackMethod::memcpy : PackMethod::datatype);
     Mesh mesh = Mesh::world(MeshShape({"x"}, {world}));
     const Axes axes = {"x"};
     const Communicator& comm = mesh.axes_comm(axes);
     const int n = comm.size();
     const MPI_Comm c = comm.handle();
     for (std::int64_t size = min_bytes; size <= max_bytes; size *= 4) {
-      for (const auto& op : ops) {
+      for (const CommOp op : kinds) {
         Case k{op, 0, size};
-        if (op == "all_gather") k = {op, (n - 1.0) / n, size / n};
-        else if (op == "reduce_scatter" || op == "all_to_all") k = {op, (n - 1.0) / n, size};
-        else if (op == "all_reduce") k = {op, 2.0 * (n - 1) / n, size};
-        else throw UsageError("unknown op '" + op + "'");
+        if (op == CommOp::all_gather) k = {op, (n - 1.0) / n, size / n};
+        else if (op == CommOp::reduce_scatter || op == CommOp::all_to_all) k = {op, (n - 1.0) / n, size};
+        else k = {op, 2.0 * (n - 1) / n, size};  // all_reduce
         const std::int64_t elems = k.input_bytes / 4;
         if (elems < 64 * n || elems % (64 * n) != 0) continue;  // too small to split into [64][n][...]
         for (const auto& layout : layouts) {
@@ -104,16 +143,16 @@ int main(int argc, char** argv) {
           const Shape shape = outer ? Shape{elems} : Shape{64, elems / 64};
           const int dim = outer ? 0 : 1;
           Tensor in = Tensor::full(shape, 1.0 + world_rank);
-          std::vector<std::byte> raw_out(static_cast<std::size_t>(op == "all_gather" ? size : size));
+          std::vector<std::byte> raw_out(static_cast<std::size_t>(size));
           const int count = static_cast<int>(elems);
           std::function<void()> mine, raw;
-          if (op == "all_gather") {
+          if (op == CommOp::all_gather) {
             mine = [&] { all_gather(mesh, in, axes, dim); };
             raw = [&] { MPI_Allgather(in.raw(), count, MPI_FLOAT, raw_out.data(), count, MPI_FLOAT, c); };
-          } else if (op == "reduce_scatter") {
+          } else if (op == CommOp::reduce_scatter) {
             mine = [&] { reduce_scatter(mesh, in, axes, dim); };
             raw = [&] { MPI_Reduce_scatter_block(in.raw(), raw_out.data(), count / n, MPI_FLOAT, MPI_SUM, c); };
-          } else if (op == "all_to_all") {
+          } else if (op == CommOp::all_to_all) {
             // Split dim 0 or 1 into n pieces, concatenate along the same dimension.
             mine = [&] { all_to_all(mesh, in, axes, dim, dim); };
             raw = [&] { MPI_Alltoall(in.raw(), count / n, MPI_FLOAT, raw_out.data(), count / n, MPI_FLOAT, c); };
@@ -121,21 +160,15 @@ int main(int argc, char** argv) {
             mine = [&] { all_reduce(mesh, in, axes); };
             raw = [&] { MPI_Allreduce(in.raw(), raw_out.data(), count, MPI_FLOAT, MPI_SUM, c); };
           }
-          // Interleave the two so that a disturbance of the machine hits both alike.
-          std::vector<double> t_mine, t_raw;
-          for (int rep = 0; rep < 2; ++rep) {
-            t_raw.push_back(time_call(comm, warmup, (iters + 1) / 2, raw));
-            t_mine.push_back(time_call(comm, warmup, (iters + 1) / 2, mine));
-          }
-          const double tm = std::min(t_mine[0], t_mine[1]), tr = std::min(t_raw[0], t_raw[1]);
-          const double bus_mine = size / tm * k.bus_factor / 1e9, bus_raw = size / tr * k.bus_factor / 1e9;
+          const Timing t = time_pairs(comm, warmup, iters, mine, raw);
+          const double bus_mine = size / t.mine_s * k.bus_factor / 1e9, bus_raw = size / t.raw_s * k.bus_factor / 1e9;
           if (world_rank == 0) {
             std::printf(
                 "{\"op\": \"%s\", \"layout\": \"%s\", \"ranks\": %d, \"bytes\": %lld, \"dim\": %d, \"shape\": \"%s\", "
                 "\"pack\": \"%s\", \"tessera_us\": %.1f, \"raw_us\": %.1f, \"tessera_busbw_GBps\": %.3f, "
                 "\"raw_busbw_GBps\": %.3f, \"ratio\": %.3f}\n",
-                op.c_str(), layout.c_str(), n, static_cast<long long>(size), dim, shape_to_string(shape).c_str(),
-                outer ? "none" : pack.c_str(), tm * 1e6, tr * 1e6, bus_mine, bus_raw, bus_mine / bus_raw);
+                std::string(to_string(op)).c_str(), layout.c_str(), n, static_cast<long long>(size), dim, shape_to_string(shape).c_str(),
+                outer ? "none" : pack.c_str(), t.mine_s * 1e6, t.raw_s * 1e6, bus_mine, bus_raw, t.ratio);
             std::fflush(stdout);
           }
         }

@@ -65,6 +65,12 @@ inline bool all_ranks_failed(MPI_Comm comm) {
   return false;  // the request stays pending; MPI_Abort follows
 }
 
+// The footer of every app's --help (the README's "Exit codes" table says the same).
+inline constexpr const char* kExitCodes =
+    "Exit codes: 0 success; 2 bad input (a flag, spec, rule, mesh, shape or file refused before any work);\n"
+    "3 a checkpoint that fails its integrity checks (corrupt, incomplete or truncated); 1 a runtime\n"
+    "failure (an MPI call, an allocation). Every rank exits with the same code.";
+
 // Parses the command line into `app`'s options, then returns run(rank), or the exit code of the
 // error it raised (--help, --version: 0; CLI11 parse errors and tessera::Error: 2;
 // tessera::IntegrityError: 3; anything else aborts the job with 1).
@@ -73,6 +79,8 @@ int parse_and_run(const char* program, CLI::App& app, int argc, char** argv, Run
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   app.set_version_flag("--version", std::string(program) + " (tessera " + std::string(version_string()) + ")");
+  app.footer(kExitCodes);
+  app.get_formatter()->column_width(34);  // room for "--measure-seconds FLOAT=0.5"
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

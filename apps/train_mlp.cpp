@@ -272,7 +272,7 @@ int run(const Options& o, int world_rank) {
   const nn::Optimizer optimizer = nn::adam(o.lr);
   nn::TrainState state = nn::create_train_state(nn::init_params(infos, mesh, o.seed), optimizer);
   if (resume_file) {
-    state = restore_train_state(*resume_file, state);
+    restore_train_state_into(*resume_file, state);
     if (root) std::cout << "resumed from " << *resume_file << " at step " << state.step << "\n\n";
   }
   const std::string pictures = first_picture(state.params, "Dense_0/kernel") + first_picture(state.params, "W2");
@@ -384,13 +384,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--seed", o.seed, "seed of parameters, data and teacher")->capture_default_str();
   app.add_option("--microbatches", o.microbatches, "serial microbatches per step")->capture_default_str();
-  app.add_option("--ckpt-dir", o.ckpt_dir, "checkpoint directory (saves at the end, and every --save-every)");
+  app.add_option("--ckpt-dir", o.ckpt_dir, "checkpoint directory: saves at the end and every --save-every (default: none, no checkpoints)");
   app.add_option("--save-every", o.save_every, "save every N steps (0: only at the end)")->capture_default_str();
   app.add_option("--keep", o.keep, "checkpoints kept")->capture_default_str();
   app.add_flag("--resume", o.resume, "continue from the latest checkpoint in --ckpt-dir");
   app.add_flag("--overwrite", o.overwrite,
                "delete the checkpoints already in --ckpt-dir and start over (a run without it refuses them)");
-  app.add_option("--metrics", o.metrics, "write one JSON object per step to FILE");
+  app.add_option("--metrics", o.metrics, "write one JSON object per step to FILE (default: none)");
   app.add_flag("--quiet", o.quiet, "no progress line per step");
   app.add_option("--dtype", o.dtype,
                  "compute dtype: f32, or bf16 (f32 parameters and Adam moments, bf16 activations and collectives)")
