@@ -56,7 +56,7 @@ Tensor block_of(int r, const Shape& shape, DType dtype) {
 
 // Sum in rank order (position q of the communicator) in f32, then one rounding.
 Tensor reference_sum(const Mesh& mesh, const Axes& axes, const Shape& block) {
-  const int n = axes_size(mesh, axes);
+  const int n = mesh.shape().axes_size(axes);
   Tensor acc = block_of(member_rank(mesh, axes, 0), block, DType::f32);
   for (int q = 1; q < n; ++q) {
     Tensor theirs = block_of(member_rank(mesh, axes, q), block, DType::f32);

@@ -113,14 +113,14 @@ TEST(Remat, RecomputesTheForwardCollectives) {
   auto records_of = [&](bool remat) {
     CommScope scope;
     value_and_grad(params, loss_of(mlp, remat), b);
-    return scope.count("all_reduce");
+    return scope.count(CommOp::all_reduce);
   };
   ParamTree lent = params;
   CommScope forward;
   infer_step(lent,
              [&](const VarTree& p, const Var& x) { return mlp.apply(ParamView(p), ApplyContext{tutorial_rules()}, x); },
              b.x);
-  const int forward_all_reduces = forward.count("all_reduce");
+  const int forward_all_reduces = forward.count(CommOp::all_reduce);
   EXPECT_GT(forward_all_reduces, 0);
   EXPECT_EQ(records_of(true), records_of(false) + forward_all_reduces);
 }
