@@ -16,26 +16,19 @@
 #include "io/checkpoint.h"
 #include "io/parallel_file.h"
 #include "mesh/environment.h"
+#include "core/text.h"
 
 namespace {
 
-std::string resolve(const std::string& path) {
-  if (std::filesystem::is_directory(path)) {
-    auto latest = tessera::latest_checkpoint(path);
-    if (!latest) throw tessera::IoError("no complete checkpoint in '" + path + "'");
-    return *latest;
-  }
-  return path;
-}
 
-std::string join(const std::vector<std::string>& v) {
-  std::string out;
-  for (std::size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + (v[i].empty() ? std::string("None") : v[i]);
-  return "(" + out + ")";
+// Logical names in parentheses; an unnamed dimension shows as None.
+std::string names_text(std::vector<std::string> names) {
+  for (auto& n : names) n = n.empty() ? "None" : n;
+  return tessera::parenthesized(names);
 }
 
 int list(const std::string& path) {
-  const auto info = tessera::read_checkpoint_info(resolve(path));
+  const auto info = tessera::read_checkpoint_info(tessera::resolve_checkpoint(path, "list"));
   std::cout << "file    " << info.file << "\nformat  " << info.format << " v" << info.version << "\nstep    "
             << info.step << "\nseed    " << info.seed << "\nmesh    ";
   for (std::size_t i = 0; i < info.mesh_axis_names.size(); ++i) {
@@ -45,7 +38,7 @@ int list(const std::string& path) {
   std::printf("%-48s %-20s %-28s %-26s %-5s %s\n", "array", "shape", "spec", "logical names", "dtype", "chunk");
   for (const auto& a : info.arrays) {
     std::printf("%-48s %-20s %-28s %-26s %-5s %s\n", a.path.c_str(), tessera::shape_to_string(a.shape).c_str(),
-                a.spec.c_str(), a.logical_names.empty() ? "-" : join(a.logical_names).c_str(),
+                a.spec.c_str(), a.logical_names.empty() ? "-" : names_text(a.logical_names).c_str(),
                 std::string(tessera::dtype_name(a.dtype)).c_str(),
                 a.chunk.empty() ? "-" : tessera::shape_to_string(a.chunk).c_str());
   }
@@ -53,7 +46,7 @@ int list(const std::string& path) {
 }
 
 int verify(const std::string& path) {
-  const std::string file = resolve(path);
+  const std::string file = tessera::resolve_checkpoint(path, "verify");
   // A file that is not a checkpoint at all is bad input (exit 2, one message), not a failed check.
   tessera::read_checkpoint_info(file);
   std::string report;

@@ -5,12 +5,12 @@
 #include <cstdio>
 
 #include "mesh/mpi_check.h"
+#include "core/text.h"
 
 namespace tessera::apps {
 
 std::string bytes_key(const CommRecord& record) {
-  std::string axes;
-  for (std::size_t i = 0; i < record.axes.size(); ++i) axes += (i ? "+" : "") + record.axes[i];
+  const std::string axes = join(record.axes, "+");
   return std::string(to_string(record.op)) + "/" + (axes.empty() ? "-" : axes);
 }
 

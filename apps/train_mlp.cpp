@@ -13,7 +13,7 @@
 #include "apps/cli_main.h"
 #include "apps/step_profile.h"
 #include "apps/synthetic_data.h"
-#include "io/atomic_dir.h"
+#include "io/checkpoint_dir.h"
 #include "io/directory_lock.h"
 #include "io/train_state_io.h"
 #include "core/buffer_pool.h"
@@ -26,6 +26,7 @@
 #include "nn/optim.h"
 #include "nn/precision.h"
 #include "nn/train.h"
+#include "core/text.h"
 
 namespace {
 
@@ -68,10 +69,7 @@ std::string config_json(const Options& o) {
 }
 
 std::string join_names(const std::vector<std::string>& names) {
-  if (names.empty()) return "-";
-  std::string out = "(";
-  for (std::size_t i = 0; i < names.size(); ++i) out += (i ? ", " : "") + names[i];
-  return out + ")";
+  return names.empty() ? "-" : parenthesized(names);
 }
 
 std::string parameter_table(const nn::ParamInfos& infos, const MeshShape& mesh) {
@@ -97,7 +95,7 @@ std::string parameter_table(const nn::ParamInfos& infos, const MeshShape& mesh) 
 std::string first_picture(const nn::ParamTree& params, const std::string& suffix) {
   for (const auto& [path, value] : params) {
     if (path.size() < suffix.size() || path.compare(path.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
-    if (value.rank() == 3) {
+    if (value.ndim() == 3) {
       ShardedTensor layer0 = nn::take_layer(nn::Var(value), 0).value();
       layer0.set_name(path + "[0]");
       return layer0.picture();

@@ -1,12 +1,11 @@
 // The process-wide communication records and scoped views of them.
 #include "collectives/comm_stats.h"
+#include "core/text.h"
 
 namespace tessera {
 
 std::string to_string(const CommRecord& record) {
-  std::string out = std::string(to_string(record.op)) + " over (";
-  for (std::size_t i = 0; i < record.axes.size(); ++i) out += (i ? ", " : "") + record.axes[i];
-  out += ")";
+  std::string out = std::string(to_string(record.op)) + " over " + parenthesized(record.axes);
   if (record.dim >= 0) out += " dim " + std::to_string(record.dim);
   return out + ": " + std::to_string(record.bytes) + " bytes";
 }

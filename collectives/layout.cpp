@@ -14,8 +14,8 @@
 namespace tessera::detail {
 
 BlockLayout block_layout(const Shape& shape, DType dtype, int dim, int n, std::string_view what) {
-  const int rank = static_cast<int>(shape.size());
-  if (dim < 0 || dim >= rank) {
+  const int ndim = static_cast<int>(shape.size());
+  if (dim < 0 || dim >= ndim) {
     throw ShapeError(std::string(what) + ": dimension " + std::to_string(dim) + " out of range for a tensor of shape " +
                      shape_to_string(shape));
   }
@@ -28,7 +28,7 @@ BlockLayout block_layout(const Shape& shape, DType dtype, int dim, int n, std::s
   layout.n = n;
   for (int d = 0; d < dim; ++d) layout.outer *= shape[d];
   std::int64_t inner = 1;
-  for (int d = dim + 1; d < rank; ++d) inner *= shape[d];
+  for (int d = dim + 1; d < ndim; ++d) inner *= shape[d];
   layout.run = shape[dim] / n * inner * static_cast<std::int64_t>(dtype_size(dtype));
   return layout;
 }

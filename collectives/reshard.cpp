@@ -20,12 +20,12 @@ Spec checked_target(const ShardedTensor& x, const Spec& target) {
   } catch (const SpecError& e) {
     throw SpecError(std::string("reshard: ") + e.what());
   }
-  return target.padded(x.rank());
+  return target.padded(x.ndim());
 }
 
 // This rank's block index along `axes` (mixed radix), for local slices and pads.
-std::vector<std::int64_t> offsets_along(const Mesh& mesh, int rank, int dim, const Axes& axes, std::int64_t extent) {
-  std::vector<std::int64_t> offsets(rank, 0);
+std::vector<std::int64_t> offsets_along(const Mesh& mesh, int ndim, int dim, const Axes& axes, std::int64_t extent) {
+  std::vector<std::int64_t> offsets(ndim, 0);
   offsets[dim] = mesh.axes_rank(axes) * extent;
   return offsets;
 }
@@ -43,7 +43,7 @@ Tensor run_steps(const Mesh& mesh, const Shape& global, Spec cur, const std::vec
   // `x` is the current block: the borrowed input until the first step writes a new one.
   bool owned = owned_input;
   auto current = [&]() -> const Tensor& { return owned ? local : *borrowed; };
-  const int rank = static_cast<int>(global.size());
+  const int ndim = static_cast<int>(global.size());
   for (const auto& step : steps) {
     const Tensor& x = current();
     Tensor next;
@@ -51,7 +51,7 @@ Tensor run_steps(const Mesh& mesh, const Shape& global, Spec cur, const std::vec
       case CommOp::slice: {
         Shape shape = x.shape();
         shape[step.dim] /= mesh.shape().axes_size(step.axes);
-        next = extract_block(x, offsets_along(mesh, rank, step.dim, step.axes, shape[step.dim]), shape);
+        next = extract_block(x, offsets_along(mesh, ndim, step.dim, step.axes, shape[step.dim]), shape);
         break;
       }
       case CommOp::all_gather:
@@ -81,7 +81,7 @@ Tensor run_steps(const Mesh& mesh, const Shape& global, Spec cur, const std::vec
         Shape shape = x.shape();
         shape[step.dim] *= mesh.shape().axes_size(step.axes);
         next = Tensor(shape, x.dtype());
-        insert_block(next, x, offsets_along(mesh, rank, step.dim, step.axes, x.shape()[step.dim]));
+        insert_block(next, x, offsets_along(mesh, ndim, step.dim, step.axes, x.shape()[step.dim]));
         break;
       }
       case CommOp::permute:

@@ -7,20 +7,15 @@
 #include "collectives/redistribute.h"
 #include "collectives/reshard.h"
 #include "core/error.h"
+#include "core/text.h"
 
 namespace tessera {
 
 namespace {
 
-std::string axes_text(const Axes& axes) {
-  std::string out = "(";
-  for (std::size_t i = 0; i < axes.size(); ++i) out += (i ? ", " : "") + axes[i];
-  return out + ")";
-}
-
 // The spec without axes of size 1 (they never move data), padded to `rank` dimensions.
-Spec drop_trivial_axes(const Spec& spec, const MeshShape& mesh, int rank) {
-  Spec out = spec.padded(rank);
+Spec drop_trivial_axes(const Spec& spec, const MeshShape& mesh, int ndim) {
+  Spec out = spec.padded(ndim);
   auto trivial = [&](const std::string& a) { return mesh.axis_size(a) == 1; };
   for (auto& d : out.dims) d.erase(std::remove_if(d.begin(), d.end(), trivial), d.end());
   out.partial.erase(std::remove_if(out.partial.begin(), out.partial.end(), trivial), out.partial.end());
@@ -155,7 +150,7 @@ void forced_moves(const Problem& p, Builder& b) {
   while (progress) {
     progress = false;
     for (Role wanted : {Role::replicated, Role::partial}) {
-      for (int j = 0; j < t.rank(); ++j) {
+      for (int j = 0; j < t.ndim(); ++j) {
         const Axes& now = b.cur().dims[j];
         if (!is_prefix(now, t.dims[j])) continue;
         Axes run;
@@ -169,7 +164,7 @@ void forced_moves(const Problem& p, Builder& b) {
       if (progress) break;
     }
     if (progress) continue;
-    for (int j = 0; j < t.rank() && !progress; ++j) {
+    for (int j = 0; j < t.ndim() && !progress; ++j) {
       const Axes& now = b.cur().dims[j];
       if (!is_prefix(now, t.dims[j]) || now.size() == t.dims[j].size()) continue;
       const std::string& next = t.dims[j][now.size()];
@@ -191,9 +186,9 @@ void forced_moves(const Problem& p, Builder& b) {
 // The redistribute target from `cur`: each dimension takes the target's axes up to the first one
 // still partial (reduce-scattered later), then keeps its axes bound for partial (padded later).
 Spec redistribute_goal(const Problem& p, const Spec& cur) {
-  Spec goal = Spec::replicated(p.target.rank());
+  Spec goal = Spec::replicated(p.target.ndim());
   goal.partial = cur.partial;
-  for (int j = 0; j < p.target.rank(); ++j) {
+  for (int j = 0; j < p.target.ndim(); ++j) {
     for (const auto& a : p.target.dims[j]) {
       if (cur.is_partial_on(a)) break;
       goal.dims[j].push_back(a);
@@ -264,7 +259,7 @@ Plan best_from(const Problem& p, const Spec& start, Memo& memo) {
     next.all_reduce(reduce);
     consider(next);
   }
-  for (int i = 0; i < cur.rank(); ++i) {
+  for (int i = 0; i < cur.ndim(); ++i) {
     Axes gather = top_run(p, cur.dims[i], Role::replicated);
     if (!gather.empty()) {
       Builder next = b;
@@ -291,7 +286,7 @@ Plan best_from(const Problem& p, const Spec& start, Memo& memo) {
 }  // namespace
 
 std::string ReshardStep::to_string() const {
-  std::string out = std::string(tessera::to_string(op)) + " over " + axes_text(axes);
+  std::string out = std::string(tessera::to_string(op)) + " over " + parenthesized(axes);
   const std::string bytes = std::to_string(bytes_per_rank) + " bytes per rank";
   switch (op) {
     case CommOp::all_gather:
@@ -340,8 +335,8 @@ std::string ReshardPlan::to_string() const {
 
 std::int64_t table_bytes(const MeshShape& mesh, const Spec& source, const Spec& target, const Shape& global_shape,
                          DType dtype) {
-  const int rank = static_cast<int>(global_shape.size());
-  const Spec s = drop_trivial_axes(source, mesh, rank), t = drop_trivial_axes(target, mesh, rank);
+  const int ndim = static_cast<int>(global_shape.size());
+  const Spec s = drop_trivial_axes(source, mesh, ndim), t = drop_trivial_axes(target, mesh, ndim);
   const Problem p{mesh, t, global_shape, dtype};
   // The axes whose place changes: a different role, dimension or axes before them.
   Axes changing;
@@ -390,13 +385,13 @@ namespace {
 
 ReshardPlan make_plan(const MeshShape& mesh, const Spec& source, const Spec& target, const Shape& global_shape,
                       DType dtype) {
-  const int rank = static_cast<int>(global_shape.size());
+  const int ndim = static_cast<int>(global_shape.size());
   ReshardPlan out;
-  out.source = source.padded(rank);
-  out.target = target.padded(rank);
+  out.source = source.padded(ndim);
+  out.target = target.padded(ndim);
   out.table_bytes = table_bytes(mesh, source, target, global_shape, dtype);
-  const Problem p{mesh, drop_trivial_axes(target, mesh, rank), global_shape, dtype};
-  const Spec start = drop_trivial_axes(source, mesh, rank);
+  const Problem p{mesh, drop_trivial_axes(target, mesh, ndim), global_shape, dtype};
+  const Spec start = drop_trivial_axes(source, mesh, ndim);
 
   // Candidate 1: the per-axis moves in place, searching where the axis order leaves choices.
   Memo memo;
@@ -407,7 +402,7 @@ ReshardPlan make_plan(const MeshShape& mesh, const Spec& source, const Spec& tar
   Builder shrink(p, start, {});
   bool differs = false;
   for (Role wanted : {Role::replicated, Role::partial}) {
-    for (int j = 0; j < p.target.rank(); ++j) {
+    for (int j = 0; j < p.target.ndim(); ++j) {
       Axes run;
       for (const auto& a : p.target.dims[j]) {
         if (role_of(shrink.cur(), a) == wanted) run.push_back(a);
@@ -447,7 +442,7 @@ ReshardPlan make_plan(const MeshShape& mesh, const Spec& source, const Spec& tar
     std::string note = out.table_bytes < 0 ? "axis order change: no order of the per-axis table's steps reaches "
                                              "the target's axis order; every element moves at most once"
                                            : "axis order change: " + std::to_string(extra) +
-                                                 " bytes per rank beyond the per-axis table";
+                                                 " bytes per ndim beyond the per-axis table";
     auto it = std::find_if(out.steps.begin(), out.steps.end(),
                            [](const ReshardStep& s) { return s.op == CommOp::permute || s.op == CommOp::redistribute; });
     (it != out.steps.end() ? *it : out.steps.back()).note = note;

@@ -70,13 +70,13 @@ EinsumSubscripts EinsumSubscripts::parse(std::string_view text) {
 }
 
 Tensor einsum_local(const EinsumSubscripts& sub, const Tensor& a, const Tensor& b) {
-  if (a.rank() != static_cast<int>(sub.a.size()) || b.rank() != static_cast<int>(sub.b.size())) {
+  if (a.ndim() != static_cast<int>(sub.a.size()) || b.ndim() != static_cast<int>(sub.b.size())) {
     throw ShapeError("einsum '" + sub.to_string() + "': operands of shapes " + shape_to_string(a.shape()) + " and " +
                      shape_to_string(b.shape()) + " do not match the subscripts");
   }
   std::map<char, std::int64_t> extent;
-  for (int i = 0; i < a.rank(); ++i) extent[sub.a[i]] = a.shape()[i];
-  for (int i = 0; i < b.rank(); ++i) {
+  for (int i = 0; i < a.ndim(); ++i) extent[sub.a[i]] = a.shape()[i];
+  for (int i = 0; i < b.ndim(); ++i) {
     auto it = extent.find(sub.b[i]);
     if (it != extent.end() && it->second != b.shape()[i]) {
       throw ShapeError("einsum '" + sub.to_string() + "': letter '" + std::string(1, sub.b[i]) + "' has extent " +

@@ -12,8 +12,8 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// A spec or shape string that does not parse, names an unknown axis, uses an axis twice, or
-// does not divide a dimension.
+// A spec or shape string that does not parse, names an unknown mesh axis, uses an axis twice,
+// or does not divide a dimension.
 class SpecError : public Error {
  public:
   using Error::Error;
@@ -31,7 +31,9 @@ class RuleError : public Error {
   using Error::Error;
 };
 
-// A mesh that does not fit its communicator, or tensors on different meshes.
+// A mesh that is invalid (its text does not parse, an axis name twice or not an identifier, a
+// size below 1, more than INT_MAX ranks), that does not fit its communicator, or tensors on
+// different meshes.
 class MeshError : public Error {
  public:
   using Error::Error;

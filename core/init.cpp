@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/text.h"
 
 namespace tessera {
 namespace {
@@ -95,13 +96,6 @@ std::string format_number(double x) {
   char buffer[64];
   auto result = std::to_chars(buffer, buffer + sizeof buffer, x);
   return std::string(buffer, result.ptr);
-}
-
-std::string_view trim(std::string_view s) {
-  auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
-  while (!s.empty() && space(s.front())) s.remove_prefix(1);
-  while (!s.empty() && space(s.back())) s.remove_suffix(1);
-  return s;
 }
 
 // Parsing state: the original text for messages, the name and the arguments.
@@ -271,8 +265,8 @@ Initializer he_uniform() { return variance_scaling(2.0, FanMode::fan_in, InitDis
 }  // namespace initializers
 
 Fans compute_fans(const Shape& shape, int batch_axes) {
-  const int rank = static_cast<int>(shape.size());
-  if (batch_axes < 0 || batch_axes > rank) {
+  const int ndim = static_cast<int>(shape.size());
+  if (batch_axes < 0 || batch_axes > ndim) {
     throw SpecError("initializer: batch_axes " + std::to_string(batch_axes) + " does not fit shape " +
                     shape_to_string(shape));
   }

@@ -87,7 +87,7 @@ void batched_gemm(const Tensor& a, const Tensor& b, Tensor& c, std::int64_t batc
 }
 
 Tensor permute_dims(const Tensor& in, const std::vector<int>& perm) {
-  const int r = in.rank();
+  const int r = in.ndim();
   if (static_cast<int>(perm.size()) != r) throw ShapeError("permute_dims: permutation of the wrong length");
   bool identity = true;
   for (int i = 0; i < r; ++i) identity &= perm[i] == i;
@@ -340,7 +340,7 @@ template <bool IsMax>
 Tensor reduce(const Tensor& x, const std::vector<int>& dims, bool keepdims) {
   require_float(x, "reduce");
   if (is_bf16(x)) return to_bf16(reduce<IsMax>(to_f32(x), dims, keepdims));  // f32 accumulators
-  const int r = x.rank();
+  const int r = x.ndim();
   std::vector<bool> reduced(r, false);
   for (int d : dims) {
     if (d < 0 || d >= r) throw ShapeError("reduce: dimension " + std::to_string(d) + " out of range for rank " + std::to_string(r));

@@ -9,40 +9,29 @@
 
 #include "core/checked.h"
 #include "core/error.h"
+#include "core/text.h"
 
 namespace tessera {
 
 namespace {
-
-bool is_identifier(std::string_view s) {
-  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
-  return std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
-}
-
-std::string trim(std::string_view s) {
-  std::size_t b = 0, e = s.size();
-  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
-  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
-  return std::string(s.substr(b, e - b));
-}
 
 }  // namespace
 
 MeshShape::MeshShape(std::vector<std::string> names, std::vector<int> sizes)
     : names_(std::move(names)), sizes_(std::move(sizes)) {
   if (names_.size() != sizes_.size()) {
-    throw SpecError("mesh: " + std::to_string(names_.size()) + " axis names but " + std::to_string(sizes_.size()) +
+    throw MeshError("mesh: " + std::to_string(names_.size()) + " axis names but " + std::to_string(sizes_.size()) +
                     " sizes");
   }
   for (std::size_t i = 0; i < names_.size(); ++i) {
     if (!is_identifier(names_[i]) || names_[i] == "None") {
-      throw SpecError("mesh: axis name '" + names_[i] + "' is not an identifier");
+      throw MeshError("mesh: axis name '" + names_[i] + "' is not an identifier");
     }
     if (sizes_[i] < 1) {
-      throw SpecError("mesh: axis '" + names_[i] + "' has size " + std::to_string(sizes_[i]) + " (must be >= 1)");
+      throw MeshError("mesh: axis '" + names_[i] + "' has size " + std::to_string(sizes_[i]) + " (must be >= 1)");
     }
     for (std::size_t j = 0; j < i; ++j) {
-      if (names_[j] == names_[i]) throw SpecError("mesh: axis name '" + names_[i] + "' appears twice");
+      if (names_[j] == names_[i]) throw MeshError("mesh: axis name '" + names_[i] + "' appears twice");
     }
   }
   // size() is an int (an MPI communicator's size); a product past it would wrap.
@@ -50,7 +39,7 @@ MeshShape::MeshShape(std::vector<std::string> names, std::vector<int> sizes)
   for (int s : sizes_) {
     total *= s;
     if (total > INT_MAX) {
-      throw SpecError("mesh: the axis sizes multiply to more than " + std::to_string(INT_MAX) + " ranks");
+      throw MeshError("mesh: the axis sizes multiply to more than " + std::to_string(INT_MAX) + " ranks");
     }
   }
 }
@@ -113,15 +102,15 @@ MeshShape MeshShape::parse(std::string_view text) {
   while (start <= all.size()) {
     std::size_t comma = all.find(',', start);
     if (comma == std::string::npos) comma = all.size();
-    std::string item = trim(std::string_view(all).substr(start, comma - start));
+    std::string item(trim(std::string_view(all).substr(start, comma - start)));
     std::size_t sep = item.find_first_of("=:");
     if (sep == std::string::npos) {
-      throw SpecError("mesh '" + all + "': expected name=size, got '" + item + "'");
+      throw MeshError("mesh '" + all + "': expected name=size, got '" + item + "'");
     }
-    std::string name = trim(std::string_view(item).substr(0, sep));
-    std::string size_text = trim(std::string_view(item).substr(sep + 1));
+    std::string name(trim(std::string_view(item).substr(0, sep)));
+    std::string size_text(trim(std::string_view(item).substr(sep + 1)));
     if (size_text.empty() || !std::all_of(size_text.begin(), size_text.end(), ::isdigit) || size_text.size() > 6) {
-      throw SpecError("mesh '" + all + "': size of axis '" + name + "' is not a positive integer: '" + size_text + "'");
+      throw MeshError("mesh '" + all + "': size of axis '" + name + "' is not a positive integer: '" + size_text + "'");
     }
     names.push_back(name);
     sizes.push_back(std::stoi(size_text));
@@ -129,8 +118,8 @@ MeshShape MeshShape::parse(std::string_view text) {
   }
   try {
     return MeshShape(std::move(names), std::move(sizes));
-  } catch (const SpecError& e) {
-    throw SpecError("mesh '" + all + "': " + std::string(e.what()).substr(6));
+  } catch (const MeshError& e) {
+    throw MeshError("mesh '" + all + "': " + std::string(e.what()).substr(6));
   }
 }
 

@@ -7,6 +7,7 @@
 #include <cctype>
 
 #include "core/error.h"
+#include "core/text.h"
 
 namespace tessera {
 namespace {
@@ -89,10 +90,11 @@ Spec unassigned_to_none(const std::vector<std::optional<Axes>>& assigned) {
 
 bool is_blank(char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; }
 
-// Trims [begin, end) of blanks in place.
-void trim(std::string_view text, std::size_t& begin, std::size_t& end) {
-  while (begin < end && is_blank(text[begin])) ++begin;
-  while (end > begin && is_blank(text[end - 1])) --end;
+// Narrows [begin, end) of `text` to its trim() (positions stay those of `text`, for columns).
+void trim_range(std::string_view text, std::size_t& begin, std::size_t& end) {
+  const std::string_view trimmed = trim(text.substr(begin, end - begin));
+  begin = static_cast<std::size_t>(trimmed.data() - text.data());
+  end = begin + trimmed.size();
 }
 
 // A logical name or mesh axis: anything without separators or blanks inside.
@@ -112,7 +114,7 @@ void check_name(std::string_view text, std::size_t begin, std::size_t end, const
 
 Rule parse_rule(std::string_view text, std::size_t begin, std::size_t end) {
   std::size_t trimmed_begin = begin, trimmed_end = end;
-  trim(text, trimmed_begin, trimmed_end);
+  trim_range(text, trimmed_begin, trimmed_end);
   if (trimmed_begin == trimmed_end) fail_parse(text, begin, "empty rule");
   const std::size_t equals = text.find('=', trimmed_begin);
   if (equals == std::string_view::npos || equals >= trimmed_end) {
@@ -121,12 +123,12 @@ Rule parse_rule(std::string_view text, std::size_t begin, std::size_t end) {
   }
   Rule rule;
   std::size_t name_begin = trimmed_begin, name_end = equals;
-  trim(text, name_begin, name_end);
+  trim_range(text, name_begin, name_end);
   check_name(text, name_begin, name_end, "logical name");
   rule.logical = std::string(text.substr(name_begin, name_end - name_begin));
 
   std::size_t axes_begin = equals + 1, axes_end = trimmed_end;
-  trim(text, axes_begin, axes_end);
+  trim_range(text, axes_begin, axes_end);
   const std::string_view axes_text = text.substr(axes_begin, axes_end - axes_begin);
   if (axes_text.empty() || axes_text == "None") return rule;
   std::size_t piece_begin = axes_begin;
@@ -134,7 +136,7 @@ Rule parse_rule(std::string_view text, std::size_t begin, std::size_t end) {
     std::size_t piece_end = text.find('+', piece_begin);
     if (piece_end == std::string_view::npos || piece_end > axes_end) piece_end = axes_end;
     std::size_t b = piece_begin, e = piece_end;
-    trim(text, b, e);
+    trim_range(text, b, e);
     check_name(text, b, e, "mesh axis");
     std::string axis(text.substr(b, e - b));
     if (axis == "None") fail_parse(text, b, "None cannot be combined with mesh axes");
@@ -179,7 +181,7 @@ std::optional<Spec> logical_to_spec(const LogicalNames& names, const Rules& rule
 Rules parse_rules(std::string_view text) {
   Rules rules;
   std::size_t all_begin = 0, all_end = text.size();
-  trim(text, all_begin, all_end);
+  trim_range(text, all_begin, all_end);
   if (all_begin == all_end) return rules;
   std::size_t begin = 0;
   while (true) {

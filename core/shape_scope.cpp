@@ -58,12 +58,12 @@ class Checker {
       : shape_(shape), sizes_(sizes), mesh_(mesh), local_(local), what_(what) {}
 
   void run() {
-    if (static_cast<int>(sizes_.size()) != shape_.rank()) {
+    if (static_cast<int>(sizes_.size()) != shape_.ndim()) {
       fail<ShapeError>("rank " + std::to_string(sizes_.size()) + " does not match the shape string's rank " +
-                       std::to_string(shape_.rank()));
+                       std::to_string(shape_.ndim()));
     }
     if (mesh_ != nullptr) check_axes();
-    for (int d = 0; d < shape_.rank(); ++d) check_dim(d);
+    for (int d = 0; d < shape_.ndim(); ++d) check_dim(d);
     if (frames.empty()) return;  // a temporary scope: its bindings vanish right away
     for (auto& [name, size] : pending_) frames.back().bindings.emplace(name, Binding{size, std::string(what_)});
   }
@@ -84,7 +84,7 @@ class Checker {
 
   void check_axes() const {
     Axes seen;
-    for (int d = 0; d < shape_.rank(); ++d) {
+    for (int d = 0; d < shape_.ndim(); ++d) {
       for (const std::string& axis : shape_.dims[d].axes) {
         if (!mesh_->has_axis(axis)) {
           fail<SpecError>("mesh axis '" + axis + "' of dimension " + label(d) + " is not in the mesh");

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/text.h"
 
 namespace tessera {
 
@@ -18,9 +19,7 @@ const Axes kNoAxes;
 std::string axes_text(const Axes& axes) {
   if (axes.empty()) return "None";
   if (axes.size() == 1) return axes[0];
-  std::string out = "(";
-  for (std::size_t i = 0; i < axes.size(); ++i) out += (i ? ", " : "") + axes[i];
-  return out + ")";
+  return parenthesized(axes);
 }
 
 // A small tokenizer shared by both text forms, so errors can point at a column.
@@ -79,10 +78,6 @@ class Cursor {
   std::size_t pos_ = 0;
 };
 
-bool is_identifier(const std::string& s) {
-  return !s.empty() && (std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_');
-}
-
 // An axis name, a parenthesised tuple of axis names, or None.
 Axes parse_axes_item(Cursor& in) {
   if (in.accept('(')) {
@@ -108,11 +103,11 @@ Axes parse_axes_item(Cursor& in) {
 
 }  // namespace
 
-const Axes& Spec::axes(int d) const { return d >= 0 && d < rank() ? dims[d] : kNoAxes; }
+const Axes& Spec::axes(int d) const { return d >= 0 && d < ndim() ? dims[d] : kNoAxes; }
 
 Spec Spec::padded(int r) const {
-  if (rank() > r) {
-    throw SpecError("spec " + to_string() + " has " + std::to_string(rank()) + " dimensions, more than rank " +
+  if (ndim() > r) {
+    throw SpecError("spec " + to_string() + " has " + std::to_string(ndim()) + " dimensions, more than rank " +
                     std::to_string(r));
   }
   Spec out = *this;
@@ -132,7 +127,7 @@ Axes Spec::used_axes() const {
 }
 
 int Spec::dim_of(std::string_view axis) const {
-  for (int d = 0; d < rank(); ++d) {
+  for (int d = 0; d < ndim(); ++d) {
     if (std::find(dims[d].begin(), dims[d].end(), axis) != dims[d].end()) return d;
   }
   return -1;
@@ -140,13 +135,13 @@ int Spec::dim_of(std::string_view axis) const {
 
 std::string Spec::to_string() const {
   std::string out = "P(";
-  for (int d = 0; d < rank(); ++d) out += (d ? ", " : "") + axes_text(dims[d]);
+  for (int d = 0; d < ndim(); ++d) out += (d ? ", " : "") + axes_text(dims[d]);
   if (!partial.empty()) out += "; partial=" + axes_text(partial);
   return out + ")";
 }
 
 bool Spec::operator==(const Spec& other) const {
-  int r = std::max(rank(), other.rank());
+  int r = std::max(ndim(), other.ndim());
   for (int d = 0; d < r; ++d) {
     if (axes(d) != other.axes(d)) return false;
   }
@@ -186,8 +181,8 @@ Spec parse_spec(std::string_view text) {
 
 void validate_spec(const Spec& spec, const MeshShape& mesh, const Shape& shape, std::string_view name) {
   const std::string label = "spec " + spec.to_string() + (name.empty() ? "" : " of '" + std::string(name) + "'");
-  if (spec.rank() > static_cast<int>(shape.size())) {
-    throw SpecError(label + " has " + std::to_string(spec.rank()) + " dimensions but the tensor has shape " +
+  if (spec.ndim() > static_cast<int>(shape.size())) {
+    throw SpecError(label + " has " + std::to_string(spec.ndim()) + " dimensions but the tensor has shape " +
                     shape_to_string(shape));
   }
   std::set<std::string> seen;
@@ -197,14 +192,12 @@ void validate_spec(const Spec& spec, const MeshShape& mesh, const Shape& shape, 
     }
     if (!seen.insert(axis).second) throw SpecError(label + ": mesh axis '" + axis + "' is used more than once");
   }
-  for (int d = 0; d < spec.rank(); ++d) {
+  for (int d = 0; d < spec.ndim(); ++d) {
     if (spec.dims[d].empty()) continue;
     int count = mesh.axes_size(spec.dims[d]);
     if (shape[d] % count != 0) {
-      std::string axes;
-      for (std::size_t i = 0; i < spec.dims[d].size(); ++i) axes += (i ? ", " : "") + spec.dims[d][i];
       throw SpecError("dimension " + std::to_string(d) + (name.empty() ? "" : " of '" + std::string(name) + "'") +
-                      " (size " + std::to_string(shape[d]) + ") does not divide over axes (" + axes + ") of size " +
+                      " (size " + std::to_string(shape[d]) + ") does not divide over axes " + parenthesized(spec.dims[d]) + " of size " +
                       std::to_string(count));
     }
   }

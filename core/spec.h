@@ -25,15 +25,14 @@ struct Spec {
   Spec() = default;
   explicit Spec(std::vector<Axes> dims, Axes partial = {}) : dims(std::move(dims)), partial(std::move(partial)) {}
 
-  // A spec of `rank` unsplit dimensions.
-  static Spec replicated(int rank = 0) { return Spec(std::vector<Axes>(rank)); }
+  // A spec of `ndim` unsplit dimensions.
+  static Spec replicated(int ndim = 0) { return Spec(std::vector<Axes>(ndim)); }
 
   int ndim() const { return static_cast<int>(dims.size()); }
-  int rank() const { return ndim(); }  // old name of ndim()
   // The axes of dimension d, or none when d is past the written dimensions (padding).
   const Axes& axes(int d) const;
-  // The spec padded with unsplit dimensions to `rank` dimensions; throws SpecError if longer.
-  Spec padded(int rank) const;
+  // The spec padded with unsplit dimensions to `ndim` dimensions; throws SpecError if longer.
+  Spec padded(int ndim) const;
   bool is_partial() const { return !partial.empty(); }
   bool is_partial_on(std::string_view axis) const;
   // Every mesh axis the spec mentions, dimensions first then partial, in written order.
@@ -45,7 +44,7 @@ struct Spec {
 
   // "P(data, None)"; "P((data, model), None; partial=model)"; "P()" for a scalar.
   std::string to_string() const;
-  // Equal after padding both to the same rank and comparing partial axes as a set.
+  // Equal after padding both to the same ndim and comparing partial axes as a set.
   bool operator==(const Spec& other) const;
 };
 
@@ -80,7 +79,6 @@ struct DimSpec {
 struct ShapeString {
   std::vector<DimSpec> dims;
   int ndim() const { return static_cast<int>(dims.size()); }
-  int rank() const { return ndim(); }  // old name of ndim()
   Spec spec() const;
   // The logical names of the dimensions (empty for integer dimensions).
   std::vector<std::string> names() const;

@@ -25,7 +25,7 @@ struct SaveOptions {
   // Largest chunk, in bytes: a block bigger than this is stored as several chunks (leading
   // dimensions divided first). 0: HDF5's limit, 4 GiB less the 4 checksum bytes. The default,
   // 8 MiB, bounds what a save adds to rank 0's memory: HDF5 fills and checksums one chunk-sized
-  // buffer per dataset while rank 0 lays out the file (two buffers of the largest chunk).
+  // buffer per dataset while rank 0 writes the file's skeleton (two buffers of the largest chunk).
   std::uint64_t max_chunk_bytes = std::uint64_t{8} << 20;
   // MPI-IO hints of the collective write of the chunks (ROMIO's names). Each rank writes whole
   // chunks, so the default sends each straight to the file instead of through collective
@@ -58,6 +58,10 @@ void restore_checkpoint_into(const std::string& dir_or_file, CheckpointState& ta
 
 // The newest complete checkpoint in `dir`, or nullopt. Local (no MPI).
 std::optional<std::string> latest_checkpoint(const std::string& dir);
+// The checkpoint file a path names: the path itself, or for a directory its newest complete
+// checkpoint. IoError, naming `what` (the caller), when a directory holds none or nothing exists
+// at the path. Local (no MPI).
+std::string resolve_checkpoint(const std::string& dir_or_file, std::string_view what);
 
 struct CheckpointArrayInfo {
   std::string path;  // without leading slash, as in CheckpointArray

@@ -1,4 +1,4 @@
-// Attribute and type helpers of the checkpoint layout. Strings are fixed-length, null-terminated
+// Attribute and type helpers of the checkpoint file format. Strings are fixed-length, null-terminated
 // UTF-8 (readable by h5dump and h5py without variable-length memory to reclaim).
 #include "io/checkpoint_format.h"
 
@@ -296,6 +296,20 @@ std::vector<std::int64_t> read_int64_array_attribute(hid_t object, const char* n
   std::vector<std::int64_t> values(static_cast<std::size_t>(n));
   if (n > 0) check_h5(H5Aread(attribute.get(), H5T_NATIVE_INT64, values.data()), "H5Aread", where);
   return values;
+}
+
+std::pair<std::string, std::int64_t> read_format_and_version(hid_t file, const std::string& context) {
+  if (!has_attribute(file, attr_format, context)) {
+    throw IoError(context + ": not a tessera checkpoint (no '" + attr_format + "' attribute)");
+  }
+  std::string name = read_string_attribute(file, attr_format, context);
+  if (name != format_name) {
+    throw IoError(context + ": format is '" + name + "', expected '" + std::string(format_name) + "'");
+  }
+  const std::int64_t version = read_int64_attribute(file, attr_version, context);
+  check_format_version(version, context);
+  reject_links(file, context);
+  return {std::move(name), version};
 }
 
 void check_format_version(std::int64_t version, std::string_view context) {

@@ -1,4 +1,4 @@
-// The tessera checkpoint layout (format "tessera-checkpoint", version 2) and the attribute
+// The tessera checkpoint file format (format "tessera-checkpoint", version 2) and the attribute
 // helpers that read and write it. One place names every attribute, so save, restore, info and
 // the README agree:
 //   root:     format, format_version, step, seed, config, mesh_axis_names, mesh_axis_sizes, mesh
@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -49,6 +50,9 @@ inline constexpr const char* attr_chunk_digest = "chunk_fletcher32";
 // Throws IoError "<context>: unknown format version V (this build reads versions 1 to 2)"
 // unless this build reads `version`.
 void check_format_version(std::int64_t version, std::string_view context);
+// The root's identity: IoError unless `file` carries the format attribute with format_name and a
+// version this build reads (check_format_version), and no links. Returns {format, version}.
+std::pair<std::string, std::int64_t> read_format_and_version(hid_t file, const std::string& context);
 
 // A dataset's chunk digest (attribute chunk_fletcher32), checked to hold `chunks` values, each a
 // 32-bit checksum. Throws IoError naming the attribute when it is missing or malformed.

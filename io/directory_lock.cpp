@@ -13,8 +13,9 @@
 #include <set>
 
 #include "core/error.h"
-#include "io/atomic_dir.h"
+#include "io/checkpoint_dir.h"
 #include "mesh/mpi_check.h"
+#include "mesh/agree.h"
 
 namespace tessera {
 
@@ -94,12 +95,10 @@ DirectoryLock::~DirectoryLock() {
 }
 
 std::optional<std::string> broadcast_root_message(const Communicator& comm, const std::optional<std::string>& message) {
-  long long size = comm.rank() == 0 && message ? static_cast<long long>(message->size()) : -1;
-  check_mpi(MPI_Bcast(&size, 1, MPI_LONG_LONG, 0, comm.handle()), "MPI_Bcast");
-  if (size < 0) return std::nullopt;
-  std::string text = comm.rank() == 0 ? *message : std::string(static_cast<std::size_t>(size), '\0');
-  if (size > 0) check_mpi(MPI_Bcast(text.data(), static_cast<int>(size), MPI_CHAR, 0, comm.handle()), "MPI_Bcast");
-  return text;
+  // "1<message>" or "0" for none.
+  const std::string coded = broadcast_string(comm, comm.rank() == 0 && message ? "1" + *message : "0", 0);
+  if (coded[0] == '0') return std::nullopt;
+  return coded.substr(1);
 }
 
 std::unique_ptr<DirectoryLock> lock_checkpoint_directory(const Communicator& comm, const std::string& dir) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <sstream>
+#include <tuple>
 
 #include "core/error.h"
 #include "io/checkpoint.h"
@@ -78,19 +79,19 @@ std::int64_t read_every_chunk(hid_t file, const CheckpointArrayInfo& info, const
       dataset_handle(H5Dopen2(file, format::dataset_name(info.path).c_str(), H5P_DEFAULT), "H5Dopen2", context);
   const Shape chunk = info.chunk.empty() ? info.shape : Shape(info.chunk.begin(), info.chunk.end());
   if (numel(info.shape) == 0) return 0;
-  const int rank = static_cast<int>(info.shape.size());
+  const int ndim = static_cast<int>(info.shape.size());
   std::vector<std::byte> buffer(static_cast<std::size_t>(numel(chunk)) * dtype_size(info.dtype));
   std::vector<std::uint32_t> digest;
   if (version >= 2 && !info.chunk.empty()) {
     std::uint64_t grid = 1;
-    for (int d = 0; d < rank; ++d) grid *= static_cast<std::uint64_t>((info.shape[d] + chunk[d] - 1) / chunk[d]);
+    for (int d = 0; d < ndim; ++d) grid *= static_cast<std::uint64_t>((info.shape[d] + chunk[d] - 1) / chunk[d]);
     digest = format::read_chunk_digest(dataset.get(), grid, context);
   }
-  std::vector<std::int64_t> start(rank, 0);
+  std::vector<std::int64_t> start(ndim, 0);
   std::int64_t chunks = 0;
   while (true) {
-    Shape count(rank);
-    for (int d = 0; d < rank; ++d) count[d] = std::min(chunk[d], info.shape[d] - start[d]);
+    Shape count(ndim);
+    for (int d = 0; d < ndim; ++d) count[d] = std::min(chunk[d], info.shape[d] - start[d]);
     H5Handle file_space = checkpoint_io::select_block(dataset.get(), start, count, true, context);
     H5Handle memory = checkpoint_io::memory_space(count, true, context);
     herr_t status = H5Dread(dataset.get(), format::memory_type(info.dtype), memory.get(), file_space.get(), H5P_DEFAULT,
@@ -110,7 +111,7 @@ std::int64_t read_every_chunk(hid_t file, const CheckpointArrayInfo& info, const
       }
     }
     ++chunks;
-    int d = rank - 1;
+    int d = ndim - 1;
     for (; d >= 0; --d) {
       start[d] += chunk[d];
       if (start[d] < info.shape[d]) break;
@@ -128,16 +129,7 @@ CheckpointInfo read_checkpoint_info(const std::string& file) {
   const std::string context = format::file_context(file);
   CheckpointInfo info;
   info.file = file;
-  if (!format::has_attribute(handle.get(), format::attr_format, context)) {
-    throw IoError(context + ": not a tessera checkpoint (no '" + format::attr_format + "' attribute)");
-  }
-  info.format = format::read_string_attribute(handle.get(), format::attr_format, context);
-  info.version = format::read_int64_attribute(handle.get(), format::attr_version, context);
-  if (info.format != format::format_name) {
-    throw IoError(context + ": format is '" + info.format + "', expected '" + std::string(format::format_name) + "'");
-  }
-  format::check_format_version(info.version, context);
-  format::reject_links(handle.get(), context);
+  std::tie(info.format, info.version) = format::read_format_and_version(handle.get(), context);
   info.step = format::read_step(handle.get(), context);
   info.seed = format::read_uint64_attribute(handle.get(), format::attr_seed, context);
   info.config = format::read_string_attribute(handle.get(), format::attr_config, context);

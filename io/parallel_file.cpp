@@ -104,26 +104,11 @@ haddr_t filtered_chunk_address(hid_t dataset, const std::vector<hsize_t>& start,
   return address;
 }
 
-std::string mpi_error_text(int code) {
-  char text[MPI_MAX_ERROR_STRING];
-  int length = 0;
-  MPI_Error_string(code, text, &length);
-  return std::string(text, static_cast<std::size_t>(length));
-}
-
 MPI_Info make_info(const std::vector<std::pair<std::string, std::string>>& hints) {
   MPI_Info info = MPI_INFO_NULL;
   check_mpi(MPI_Info_create(&info), "MPI_Info_create");
   for (const auto& [key, value] : hints) check_mpi(MPI_Info_set(info, key.c_str(), value.c_str()), "MPI_Info_set");
   return info;
-}
-
-std::string broadcast_string(const Communicator& comm, std::string value, int root) {
-  int length = static_cast<int>(value.size());
-  check_mpi(MPI_Bcast(&length, 1, MPI_INT, root, comm.handle()), "MPI_Bcast");
-  value.resize(length);
-  check_mpi(MPI_Bcast(value.data(), length, MPI_CHAR, root, comm.handle()), "MPI_Bcast");
-  return value;
 }
 
 void throw_io_error(const std::string& message) {

@@ -61,14 +61,8 @@ haddr_t filtered_chunk_address(hid_t dataset, const std::vector<hsize_t>& start,
 // The most bytes one MPI read or write moves here: MPI counts are ints.
 inline constexpr std::uint64_t max_mpi_run = std::uint64_t{1} << 30;
 
-// MPI's text for an error code.
-std::string mpi_error_text(int code);
-
 // An MPI_Info holding `hints` (the caller frees it).
 MPI_Info make_info(const std::vector<std::pair<std::string, std::string>>& hints);
-
-// `root`'s string on every rank (collective).
-std::string broadcast_string(const Communicator& comm, std::string value, int root);
 
 // Runs `step` and returns the message of the tessera::Error (or std::exception) it threw, so
 // the caller can agree on it with first_error before anything else.

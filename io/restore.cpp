@@ -38,22 +38,6 @@ using checkpoint_io::capture_error;
 
 namespace {
 
-std::string resolve_file(const std::string& dir_or_file) {
-  std::error_code ec;
-  if (fs::is_directory(dir_or_file, ec)) {
-    auto latest = latest_checkpoint(dir_or_file);
-    if (!latest) {
-      throw IoError("restore_checkpoint: directory '" + dir_or_file +
-                    "' holds no complete checkpoint (ckpt_<step>.h5)");
-    }
-    return *latest;
-  }
-  if (!fs::exists(dir_or_file, ec)) {
-    throw IoError("restore_checkpoint: " + format::file_context(dir_or_file) + " does not exist");
-  }
-  return dir_or_file;
-}
-
 void check_readable(const std::string& file) {
   std::error_code ec;
   if (!fs::is_regular_file(file, ec)) {
@@ -67,16 +51,7 @@ void check_readable(const std::string& file) {
 // Reads step, seed and config after checking format name and version; returns the version.
 std::int64_t read_root(hid_t file, const std::string& path, CheckpointState& out) {
   const std::string context = "restore_checkpoint: " + format::file_context(path);
-  if (!format::has_attribute(file, format::attr_format, context)) {
-    throw IoError(context + ": not a tessera checkpoint (no '" + format::attr_format + "' attribute)");
-  }
-  const std::string name = format::read_string_attribute(file, format::attr_format, context);
-  if (name != format::format_name) {
-    throw IoError(context + ": format is '" + name + "', expected '" + std::string(format::format_name) + "'");
-  }
-  const std::int64_t version = format::read_int64_attribute(file, format::attr_version, context);
-  format::check_format_version(version, context);
-  format::reject_links(file, context);
+  const std::int64_t version = format::read_format_and_version(file, context).second;
   out.step = format::read_step(file, context);
   out.seed = format::read_uint64_attribute(file, format::attr_seed, context);
   out.config = format::read_string_attribute(file, format::attr_config, context);
@@ -163,7 +138,7 @@ void read_exactly(MPI_File handle, std::uint64_t offset, void* out, std::uint64_
     MPI_Status status;
     const int rc = MPI_File_read_at(handle, static_cast<MPI_Offset>(offset + done), static_cast<std::byte*>(out) + done,
                                     count, MPI_BYTE, &status);
-    if (rc != MPI_SUCCESS) throw IoError(context + ": MPI_File_read_at failed: " + checkpoint_io::mpi_error_text(rc));
+    if (rc != MPI_SUCCESS) throw IoError(context + ": MPI_File_read_at failed: " + mpi_error_text(rc));
     int got = 0;
     MPI_Get_count(&status, MPI_BYTE, &got);
     if (got != count) {
@@ -310,9 +285,9 @@ void restore_checkpoint_into(const std::string& dir_or_file, CheckpointState& ta
 
   std::string file;
   std::optional<std::string> error;
-  if (comm.rank() == 0) error = capture_error([&] { file = resolve_file(dir_or_file); });
+  if (comm.rank() == 0) error = capture_error([&] { file = resolve_checkpoint(dir_or_file, "restore_checkpoint"); });
   checkpoint_io::agree_or_throw_io(comm, error);
-  file = checkpoint_io::broadcast_string(comm, file, 0);
+  file = broadcast_string(comm, file, 0);
   checkpoint_io::agree_or_throw_io(comm, capture_error([&] { check_readable(file); }));
 
   const std::string context = "restore_checkpoint: " + format::file_context(file);
@@ -336,7 +311,7 @@ void restore_checkpoint_into(const std::string& dir_or_file, CheckpointState& ta
   if (!agreed) {
     const int rc = MPI_File_open(comm.handle(), checkpoint_io::mpi_io_name(file).c_str(), MPI_MODE_RDONLY,
                                  MPI_INFO_NULL, &raw);
-    if (rc != MPI_SUCCESS) error = context + ": MPI_File_open failed: " + checkpoint_io::mpi_error_text(rc);
+    if (rc != MPI_SUCCESS) error = context + ": MPI_File_open failed: " + mpi_error_text(rc);
     agreed = first_error(comm, error);
   }
   if (!agreed) {
@@ -349,7 +324,7 @@ void restore_checkpoint_into(const std::string& dir_or_file, CheckpointState& ta
   }
   if (raw != MPI_FILE_NULL) {
     const int rc = MPI_File_close(&raw);
-    if (rc != MPI_SUCCESS && !error) error = context + ": MPI_File_close failed: " + checkpoint_io::mpi_error_text(rc);
+    if (rc != MPI_SUCCESS && !error) error = context + ": MPI_File_close failed: " + mpi_error_text(rc);
   }
   // Every rank closes (collective) whatever happened, then the outcome is agreed.
   datasets.clear();

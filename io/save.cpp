@@ -1,9 +1,9 @@
-// save_checkpoint: one HDF5 file per checkpoint; rank 0 lays it out, every block's owner
+// save_checkpoint: one HDF5 file per checkpoint; rank 0 writes its skeleton, every block's owner
 // writes its chunks with one collective MPI-IO call, and rank 0 commits it by rename.
 //
 // Phases, each ended by one agreement so that every rank throws the same IoError:
-//   1. rank 0 creates the directory and lays out the temporary file through the layout driver
-//      (io/layout_driver.h): root attributes, every dataset with its attributes, chunked with
+//   1. rank 0 creates the directory and writes the temporary file's skeleton through the skeleton driver
+//      (io/skeleton_driver.h): root attributes, every dataset with its attributes, chunked with
 //      Fletcher32, its chunks allocated but their fill not written; meanwhile every owner
 //      computes its chunks' checksums; then rank 0 broadcasts the address of every chunk;
 //   2. every rank writes the chunks inside the blocks it owns (one replica per block), each
@@ -23,12 +23,12 @@
 
 #include "core/checked.h"
 #include "core/error.h"
-#include "io/atomic_dir.h"
+#include "io/checkpoint_dir.h"
 #include "io/checkpoint.h"
 #include "io/checkpoint_format.h"
 #include "io/directory_lock.h"
 #include "io/fletcher32.h"
-#include "io/layout_driver.h"
+#include "io/skeleton_driver.h"
 #include "io/parallel_file.h"
 #include "mesh/agree.h"
 #include "mesh/mpi_check.h"
@@ -52,9 +52,9 @@ void validate_for_save(const CheckpointState& state) {
       throw IoError("save_checkpoint: array '" + array.path + "' has the partial spec " + value.spec().to_string() +
                     "; reshard it to a spec without partial axes before saving");
     }
-    if (!array.logical_names.empty() && static_cast<int>(array.logical_names.size()) != value.rank()) {
+    if (!array.logical_names.empty() && static_cast<int>(array.logical_names.size()) != value.ndim()) {
       throw IoError("save_checkpoint: array '" + array.path + "' has " + std::to_string(array.logical_names.size()) +
-                    " logical names for " + std::to_string(value.rank()) + " dimensions");
+                    " logical names for " + std::to_string(value.ndim()) + " dimensions");
     }
   }
   // A dataset cannot also be a group: "a/b" and "a/b/c" cannot both be arrays.
@@ -93,7 +93,7 @@ void write_root_attributes(hid_t file, const CheckpointState& state, const MeshS
 
 // How an array's dataset is chunked. Replicated facts (global shape, spec, dtype), so every rank
 // computes the same table without communication.
-struct ChunkLayout {
+struct Chunking {
   bool chunked = false;            // false: a scalar (compact) or an empty dataset
   std::vector<hsize_t> chunk;      // chunk shape
   std::vector<hsize_t> grid;       // chunks per dimension of the dataset
@@ -102,31 +102,31 @@ struct ChunkLayout {
   std::size_t count = 0;           // chunks of the array
 };
 
-std::vector<ChunkLayout> chunk_layouts(const CheckpointState& state, const SaveOptions& options,
+std::vector<Chunking> chunkings_of(const CheckpointState& state, const SaveOptions& options,
                                        std::size_t& total) {
-  std::vector<ChunkLayout> layouts;
+  std::vector<Chunking> chunkings;
   total = 0;
   for (const auto& array : state.arrays) {
-    ChunkLayout layout;
+    Chunking chunking;
     const Shape& global = array.tensor().global_shape();
     if (!global.empty() && numel(global) > 0) {
-      layout.chunked = true;
+      chunking.chunked = true;
       const std::uint64_t limit = options.max_chunk_bytes > 0 ? std::min(options.max_chunk_bytes, format::max_chunk_bytes)
                                                               : format::max_chunk_bytes;
-      layout.chunk = format::chunk_shape(array.tensor().local().shape(), array.tensor().dtype(), limit);
-      layout.chunk_bytes = dtype_size(array.tensor().dtype());
-      layout.count = 1;
+      chunking.chunk = format::chunk_shape(array.tensor().local().shape(), array.tensor().dtype(), limit);
+      chunking.chunk_bytes = dtype_size(array.tensor().dtype());
+      chunking.count = 1;
       for (std::size_t d = 0; d < global.size(); ++d) {
-        layout.grid.push_back(static_cast<hsize_t>(global[d]) / layout.chunk[d]);
-        layout.chunk_bytes *= layout.chunk[d];
-        layout.count *= layout.grid.back();
+        chunking.grid.push_back(static_cast<hsize_t>(global[d]) / chunking.chunk[d]);
+        chunking.chunk_bytes *= chunking.chunk[d];
+        chunking.count *= chunking.grid.back();
       }
-      layout.first = total;
-      total += layout.count;
+      chunking.first = total;
+      total += chunking.count;
     }
-    layouts.push_back(std::move(layout));
+    chunkings.push_back(std::move(chunking));
   }
-  return layouts;
+  return chunkings;
 }
 
 // The chunk grid coordinates of flat index `index` (row-major over `grid`).
@@ -140,10 +140,10 @@ std::vector<hsize_t> grid_coords(std::size_t index, const std::vector<hsize_t>& 
 }
 
 // Creates one dataset; its chunks are allocated (HDF5 allocates every chunk of a filtered
-// dataset at creation) and the fill HDF5 writes into them is dropped by the layout driver.
+// dataset at creation) and the fill HDF5 writes into them is dropped by the skeleton driver.
 // Scalars are written here: a compact dataset lives in the object header.
-void lay_out_array(hid_t file, const CheckpointArray& array, const ChunkLayout& layout, const std::string& path,
-                   std::uint64_t* addresses) {
+void write_array_skeleton(hid_t file, const CheckpointArray& array, const Chunking& chunking, const std::string& path,
+                          std::uint64_t* addresses) {
   const std::string context = format::dataset_context(path, array.path);
   const ShardedTensor& value = array.tensor();
   const Shape& global = value.global_shape();
@@ -159,8 +159,8 @@ void lay_out_array(hid_t file, const CheckpointArray& array, const ChunkLayout& 
     std::vector<hsize_t> dims(global.begin(), global.end());
     space = dataspace_handle(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), "H5Screate_simple",
                              context);
-    if (layout.chunked) {
-      check_h5(H5Pset_chunk(create.get(), static_cast<int>(layout.chunk.size()), layout.chunk.data()), "H5Pset_chunk",
+    if (chunking.chunked) {
+      check_h5(H5Pset_chunk(create.get(), static_cast<int>(chunking.chunk.size()), chunking.chunk.data()), "H5Pset_chunk",
                context);
       check_h5(H5Pset_fletcher32(create.get()), "H5Pset_fletcher32", context);
       check_h5(H5Pset_alloc_time(create.get(), H5D_ALLOC_TIME_EARLY), "H5Pset_alloc_time", context);
@@ -183,34 +183,34 @@ void lay_out_array(hid_t file, const CheckpointArray& array, const ChunkLayout& 
   if (global.empty()) {
     check_h5(H5Dwrite(dataset.get(), format::memory_type(dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, value.local().raw()),
              "H5Dwrite", context);
-  } else if (layout.chunked) {
+  } else if (chunking.chunked) {
     // The filtered size of every chunk is its bytes plus the checksum; an owner writes exactly
     // that many bytes at the chunk's address, so anything else must stop the save here.
-    for (std::size_t i = 0; i < layout.count; ++i) {
-      std::vector<hsize_t> offset = grid_coords(i, layout.grid);
-      for (std::size_t d = 0; d < offset.size(); ++d) offset[d] *= layout.chunk[d];
-      addresses[layout.first + i] =
-          checkpoint_io::filtered_chunk_address(dataset.get(), offset, layout.chunk_bytes, context);
+    for (std::size_t i = 0; i < chunking.count; ++i) {
+      std::vector<hsize_t> offset = grid_coords(i, chunking.grid);
+      for (std::size_t d = 0; d < offset.size(); ++d) offset[d] *= chunking.chunk[d];
+      addresses[chunking.first + i] =
+          checkpoint_io::filtered_chunk_address(dataset.get(), offset, chunking.chunk_bytes, context);
     }
   }
   dataset.close(context);
 }
 
 // Rank 0: the whole file but the chunks' bytes. Returns the address of every chunk.
-std::vector<std::uint64_t> lay_out_file(const CheckpointState& state, const std::vector<ChunkLayout>& layouts,
+std::vector<std::uint64_t> write_skeleton(const CheckpointState& state, const std::vector<Chunking>& chunkings,
                                         std::size_t total_chunks, const MeshShape& mesh_shape,
                                         const std::string& temporary) {
   const std::string context = format::file_context(temporary);
   std::vector<std::uint64_t> addresses(total_chunks, 0);
-  // Created new, never through a symlink planted at the temporary name (the layout driver
+  // Created new, never through a symlink planted at the temporary name (the skeleton driver
   // opens with O_NOFOLLOW too, so one planted after this is refused).
   ::close(checkpoint_dir::create_exclusive(temporary));
-  H5Handle access = checkpoint_io::layout_file_access(context);
+  H5Handle access = checkpoint_io::skeleton_file_access(context);
   H5Handle file = file_handle(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()), "H5Fcreate",
                               context);
   write_root_attributes(file.get(), state, mesh_shape, temporary);
   for (std::size_t i = 0; i < state.arrays.size(); ++i) {
-    lay_out_array(file.get(), state.arrays[i], layouts[i], temporary, addresses.data());
+    write_array_skeleton(file.get(), state.arrays[i], chunkings[i], temporary, addresses.data());
   }
   file.close(context);
   return addresses;
@@ -226,17 +226,17 @@ struct OwnedChunk {
 
 // Every chunk inside the blocks this rank writes, with its checksum. chunk_shape only cuts
 // leading dimensions, so every chunk is one run of its block's memory.
-std::vector<OwnedChunk> owned_chunks(const CheckpointState& state, const std::vector<ChunkLayout>& layouts) {
+std::vector<OwnedChunk> owned_chunks(const CheckpointState& state, const std::vector<Chunking>& chunkings) {
   static_assert(std::endian::native == std::endian::little,
                 "chunks are written as they lie in memory; the file's types are little-endian");
   std::vector<OwnedChunk> chunks;
   for (std::size_t a = 0; a < state.arrays.size(); ++a) {
-    const ChunkLayout& layout = layouts[a];
+    const Chunking& chunking = chunkings[a];
     const ShardedTensor& value = state.arrays[a].tensor();
-    if (!layout.chunked || !writes_block(value)) continue;
+    if (!chunking.chunked || !writes_block(value)) continue;
     const Tensor& local = value.local();
     const Shape& block = local.shape();
-    if (!checkpoint_io::chunk_is_contiguous(block, layout.chunk)) {
+    if (!checkpoint_io::chunk_is_contiguous(block, chunking.chunk)) {
       throw Error("save_checkpoint: internal error: a chunk of '" + state.arrays[a].path +
                   "' is not one run of its block");
     }
@@ -244,7 +244,7 @@ std::vector<OwnedChunk> owned_chunks(const CheckpointState& state, const std::ve
     std::vector<hsize_t> per_block(block.size());
     std::size_t chunks_in_block = 1;
     for (std::size_t d = 0; d < block.size(); ++d) {
-      per_block[d] = static_cast<hsize_t>(block[d]) / layout.chunk[d];
+      per_block[d] = static_cast<hsize_t>(block[d]) / chunking.chunk[d];
       chunks_in_block *= per_block[d];
     }
     for (std::size_t c = 0; c < chunks_in_block; ++c) {
@@ -252,14 +252,14 @@ std::vector<OwnedChunk> owned_chunks(const CheckpointState& state, const std::ve
       std::size_t flat = 0;     // the chunk's index in the dataset's chunk grid
       std::uint64_t first = 0;  // its first element's index in the block
       for (std::size_t d = 0; d < block.size(); ++d) {
-        const std::uint64_t local_offset = local_coords[d] * layout.chunk[d];
-        flat = flat * layout.grid[d] +
-               (static_cast<std::uint64_t>(block_offsets[d]) + local_offset) / layout.chunk[d];
+        const std::uint64_t local_offset = local_coords[d] * chunking.chunk[d];
+        flat = flat * chunking.grid[d] +
+               (static_cast<std::uint64_t>(block_offsets[d]) + local_offset) / chunking.chunk[d];
         first = first * static_cast<std::uint64_t>(block[d]) + local_offset;
       }
       const void* data = static_cast<const std::byte*>(local.raw()) + first * dtype_size(local.dtype());
-      chunks.push_back({layout.first + flat, data, layout.chunk_bytes,
-                        checkpoint_io::fletcher32_trailer(checkpoint_io::fletcher32(data, layout.chunk_bytes))});
+      chunks.push_back({chunking.first + flat, data, chunking.chunk_bytes,
+                        checkpoint_io::fletcher32_trailer(checkpoint_io::fletcher32(data, chunking.chunk_bytes))});
     }
   }
   return chunks;
@@ -303,7 +303,7 @@ void write_pieces(const std::vector<FileSpan>& pieces, const Communicator& comm,
   const std::string name = checkpoint_io::mpi_io_name(temporary);
   int rc = MPI_File_open(comm.handle(), name.c_str(), MPI_MODE_WRONLY, info, &handle);
   MPI_Info_free(&info);
-  if (rc != MPI_SUCCESS) error = context + ": MPI_File_open failed: " + checkpoint_io::mpi_error_text(rc);
+  if (rc != MPI_SUCCESS) error = context + ": MPI_File_open failed: " + mpi_error_text(rc);
   agree_or_throw<IoError>(comm, error);
 
   // File view: the pieces' offsets; memory: their absolute addresses. A rank with nothing to
@@ -329,20 +329,20 @@ void write_pieces(const std::vector<FileSpan>& pieces, const Communicator& comm,
   char native[] = "native";
   rc = MPI_File_set_view(handle, 0, MPI_BYTE, file_type, native, MPI_INFO_NULL);
   if (rc != MPI_SUCCESS) {
-    error = context + ": MPI_File_set_view failed: " + checkpoint_io::mpi_error_text(rc);
+    error = context + ": MPI_File_set_view failed: " + mpi_error_text(rc);
   } else {
     MPI_Status status;
     rc = MPI_File_write_all(handle, MPI_BOTTOM, n > 0 ? 1 : 0, memory_type, &status);
-    if (rc != MPI_SUCCESS) error = context + ": MPI_File_write_all failed: " + checkpoint_io::mpi_error_text(rc);
+    if (rc != MPI_SUCCESS) error = context + ": MPI_File_write_all failed: " + mpi_error_text(rc);
   }
   // Every rank's bytes reach the disk before the agreement below, after which rank 0 renames:
   // a rename can never publish a file whose data some rank still buffers.
   rc = MPI_File_sync(handle);
-  if (rc != MPI_SUCCESS && !error) error = context + ": MPI_File_sync failed: " + checkpoint_io::mpi_error_text(rc);
+  if (rc != MPI_SUCCESS && !error) error = context + ": MPI_File_sync failed: " + mpi_error_text(rc);
   checkpoint_dir::test_kill_point("after_write", comm.rank());
   checkpoint_dir::test_kill_point("after_write@" + std::to_string(step), comm.rank());
   rc = MPI_File_close(&handle);
-  if (rc != MPI_SUCCESS && !error) error = context + ": MPI_File_close failed: " + checkpoint_io::mpi_error_text(rc);
+  if (rc != MPI_SUCCESS && !error) error = context + ": MPI_File_close failed: " + mpi_error_text(rc);
   // Freed after the close: ROMIO 3.2 keeps the view's flattened type until then.
   if (n > 0) {
     MPI_Type_free(&file_type);
@@ -355,7 +355,7 @@ void write_pieces(const std::vector<FileSpan>& pieces, const Communicator& comm,
 
 // Rank 0, after every rank's data is on disk: each chunked dataset's attribute chunk_fletcher32
 // (format version 2), the checksums of its chunks in chunk-grid order.
-void write_chunk_digests(const CheckpointState& state, const std::vector<ChunkLayout>& layouts,
+void write_chunk_digests(const CheckpointState& state, const std::vector<Chunking>& chunkings,
                          const std::vector<std::uint32_t>& digest, const std::string& temporary) {
   const std::string context = format::file_context(temporary);
   H5Handle access = plist_handle(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate", context);
@@ -363,13 +363,13 @@ void write_chunk_digests(const CheckpointState& state, const std::vector<ChunkLa
   check_h5(H5Pset_libver_bounds(access.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST), "H5Pset_libver_bounds", context);
   H5Handle file = file_handle(H5Fopen(temporary.c_str(), H5F_ACC_RDWR, access.get()), "H5Fopen", context);
   for (std::size_t a = 0; a < state.arrays.size(); ++a) {
-    const ChunkLayout& layout = layouts[a];
-    if (!layout.chunked) continue;
+    const Chunking& chunking = chunkings[a];
+    if (!chunking.chunked) continue;
     const std::string where = format::dataset_context(temporary, state.arrays[a].path);
     H5Handle dataset = dataset_handle(
         H5Dopen2(file.get(), format::dataset_name(state.arrays[a].path).c_str(), H5P_DEFAULT), "H5Dopen2", where);
-    std::vector<std::int64_t> values(digest.begin() + static_cast<std::ptrdiff_t>(layout.first),
-                                     digest.begin() + static_cast<std::ptrdiff_t>(layout.first + layout.count));
+    std::vector<std::int64_t> values(digest.begin() + static_cast<std::ptrdiff_t>(chunking.first),
+                                     digest.begin() + static_cast<std::ptrdiff_t>(chunking.first + chunking.count));
     format::write_int64_array_attribute(dataset.get(), format::attr_chunk_digest, values, where);
     dataset.close(where);
   }
@@ -390,11 +390,11 @@ std::string save_checkpoint(const CheckpointState& state, const std::string& dir
   const std::string final_path = (std::filesystem::path(dir) / checkpoint_dir::file_name(state.step)).string();
   const std::string temporary = final_path + checkpoint_dir::temporary_suffix;
 
-  // Rank 0 makes the directory and lays out the file while the owners checksum their chunks
-  // (rank 0 after its layout).
+  // Rank 0 makes the directory and writes the file's skeleton while the owners checksum their chunks
+  // (rank 0 after its skeleton).
   std::optional<std::string> error;
   std::size_t total_chunks = 0;
-  const std::vector<ChunkLayout> layouts = chunk_layouts(state, options, total_chunks);
+  const std::vector<Chunking> chunkings = chunkings_of(state, options, total_chunks);
   std::vector<std::uint64_t> addresses(total_chunks, 0);
   // Rank 0 holds the directory's lock for the whole save unless this process holds it already
   // (train_mlp takes it for the whole run).
@@ -403,11 +403,11 @@ std::string save_checkpoint(const CheckpointState& state, const std::string& dir
     error = capture_error([&] {
       checkpoint_dir::make_directories(dir);
       if (!DirectoryLock::held_here(dir)) lock = DirectoryLock::acquire(dir);
-      addresses = lay_out_file(state, layouts, total_chunks, mesh_shape, temporary);
+      addresses = write_skeleton(state, chunkings, total_chunks, mesh_shape, temporary);
     });
   }
   std::vector<OwnedChunk> chunks;
-  const auto checksum_error = capture_error([&] { chunks = owned_chunks(state, layouts); });
+  const auto checksum_error = capture_error([&] { chunks = owned_chunks(state, chunkings); });
   if (!error) error = checksum_error;
   agree_or_throw<IoError>(comm, error);
   if (total_chunks > 0) {
@@ -427,7 +427,7 @@ std::string save_checkpoint(const CheckpointState& state, const std::string& dir
 
   if (rank == 0) {
     error = capture_error([&] {
-      write_chunk_digests(state, layouts, digest, temporary);
+      write_chunk_digests(state, chunkings, digest, temporary);
       checkpoint_dir::commit(temporary, final_path);
       checkpoint_dir::prune(dir, options.keep, final_path);
     });

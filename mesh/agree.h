@@ -10,6 +10,9 @@
 
 namespace tessera {
 
+// `root`'s string on every rank (collective over `comm`).
+std::string broadcast_string(const Communicator& comm, std::string value, int root);
+
 // Collective over `comm`. Returns, on every rank, the message of the lowest-numbered rank that
 // passed one (prefixed "rank R: "), or nullopt when no rank did.
 std::optional<std::string> first_error(const Communicator& comm, const std::optional<std::string>& local_error);

@@ -7,12 +7,16 @@
 
 namespace tessera {
 
-void check_mpi(int rc, std::string_view call) {
-  if (rc == MPI_SUCCESS) return;
+std::string mpi_error_text(int code) {
   char text[MPI_MAX_ERROR_STRING];
   int length = 0;
-  MPI_Error_string(rc, text, &length);
-  throw MpiError(std::string(call) + ": " + std::string(text, length));
+  MPI_Error_string(code, text, &length);
+  return std::string(text, static_cast<std::size_t>(length));
+}
+
+void check_mpi(int rc, std::string_view call) {
+  if (rc == MPI_SUCCESS) return;
+  throw MpiError(std::string(call) + ": " + mpi_error_text(rc));
 }
 
 MPI_Datatype mpi_datatype(DType dtype) {

@@ -3,13 +3,17 @@
 
 #include <mpi.h>
 
+#include <string>
 #include <string_view>
 
 #include "core/dtype.h"
 
 namespace tessera {
 
-// Throws MpiError("<call>: <MPI_Error_string>") unless rc == MPI_SUCCESS.
+// MPI's text for an error code (MPI_Error_string).
+std::string mpi_error_text(int code);
+
+// Throws MpiError("<call>: <mpi_error_text(rc)>") unless rc == MPI_SUCCESS.
 void check_mpi(int rc, std::string_view call);
 
 // The MPI datatype of a tensor element type.

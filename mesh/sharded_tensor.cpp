@@ -110,17 +110,17 @@ std::string ShardedTensor::picture() const {
   const MeshShape& shape = mesh_.shape();
   std::ostringstream out;
   out << describe() << " on " << mesh_.to_string() << '\n';
-  if (rank() > 2) {
-    out << "(no picture for rank-" << rank() << " tensors)\n";
+  if (ndim() > 2) {
+    out << "(no picture for tensors of " << ndim() << " dimensions)\n";
     return out.str();
   }
-  const int rows = rank() == 2 ? shard_count(spec_, shape, 0) : 1;
-  const int cols = rank() == 0 ? 1 : shard_count(spec_, shape, rank() - 1);
+  const int rows = ndim() == 2 ? shard_count(spec_, shape, 0) : 1;
+  const int cols = ndim() == 0 ? 1 : shard_count(spec_, shape, ndim() - 1);
   std::vector<std::vector<std::string>> cells(rows, std::vector<std::string>(cols));
   for (int r = 0; r < shape.size(); ++r) {
     auto coords = shape.coords_of(r);
-    int row = rank() == 2 ? block_index(spec_, shape, 0, coords) : 0;
-    int col = rank() == 0 ? 0 : block_index(spec_, shape, rank() - 1, coords);
+    int row = ndim() == 2 ? block_index(spec_, shape, 0, coords) : 0;
+    int col = ndim() == 0 ? 0 : block_index(spec_, shape, ndim() - 1, coords);
     auto& cell = cells[row][col];
     cell += (cell.empty() ? "" : ",") + std::to_string(r);
   }

@@ -19,7 +19,7 @@ class ShardedTensor {
  public:
   ShardedTensor() = default;
   // Wraps a local block. Validates the spec against mesh and shape (SpecError naming `name`)
-  // and the block's shape (ShapeError). The spec is padded to the tensor's rank.
+  // and the block's shape (ShapeError). The spec is padded to the tensor's ndim.
   ShardedTensor(Mesh mesh, Spec spec, Shape global_shape, Tensor local, std::string name = {});
 
   // Every rank keeps its block of a global tensor that every rank has. With partial axes, the
@@ -47,7 +47,6 @@ class ShardedTensor {
   Tensor& local() { return local_; }
   DType dtype() const { return local_.dtype(); }
   int ndim() const { return static_cast<int>(global_shape_.size()); }
-  int rank() const { return ndim(); }  // old name of ndim()
   const std::string& name() const { return name_; }
   void set_name(std::string name) { name_ = std::move(name); }
   // Offsets of this rank's block in the global tensor.

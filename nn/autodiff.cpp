@@ -95,7 +95,7 @@ class Accumulator : public GradSink {
     if (index < begin || index >= begin + extent) return;
     Shape one = grad.local().shape();
     one.insert(one.begin(), 1);
-    std::vector<std::int64_t> at(slot->rank(), 0);
+    std::vector<std::int64_t> at(slot->ndim(), 0);
     at[0] = index - begin;
     add_block(slot->local(), grad.local().reshaped(one), at);
   }

@@ -1,4 +1,4 @@
-// Sharding constraints and resharding of Vars, and the losses built from the other ops.
+// Sharding constraints and resharding of Vars.
 #include "collectives/reshard.h"
 #include "core/error.h"
 #include "nn/ops.h"
@@ -22,25 +22,6 @@ Var with_logical_constraint(const Var& x, const std::vector<std::string>& names,
   auto spec = logical_to_spec(names, rules, fallback, x.value().name());
   if (!spec) return x;
   return with_sharding_constraint(x, *spec);
-}
-
-Var sum_loss(const Var& y) { return sum(y); }
-
-Var mse_loss(const Var& prediction, const Var& target) {
-  if (prediction.shape() != target.shape()) {
-    throw ShapeError("mse_loss: prediction " + shape_to_string(prediction.shape()) + " and target " +
-                     shape_to_string(target.shape()) + " differ");
-  }
-  return mean(square(sub(prediction, target)));
-}
-
-Var softmax_cross_entropy(const Var& logits, const Var& labels) {
-  if (logits.shape() != labels.shape() || logits.rank() < 1) {
-    throw ShapeError("softmax_cross_entropy: logits " + shape_to_string(logits.shape()) + " and labels " +
-                     shape_to_string(labels.shape()) + " differ");
-  }
-  Var per_example = neg(sum(mul(labels, log_softmax(logits)), {logits.rank() - 1}));
-  return mean(per_example);
 }
 
 }  // namespace tessera::nn

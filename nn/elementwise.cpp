@@ -33,9 +33,9 @@ const char* op_name(BinaryOp op) {
 // absent).
 std::vector<std::optional<Axes>> mapped(const ShardedTensor& x, const Shape& out) {
   const int r = static_cast<int>(out.size());
-  const int offset = r - x.rank();
+  const int offset = r - x.ndim();
   std::vector<std::optional<Axes>> m(r);
-  for (int d = 0; d < x.rank(); ++d) {
+  for (int d = 0; d < x.ndim(); ++d) {
     if (x.global_shape()[d] == out[d + offset]) m[d + offset] = x.spec().axes(d);
   }
   return m;
@@ -65,11 +65,11 @@ bool dims_consistent(const std::vector<std::optional<Axes>>& ma, const std::vect
 
 // The spec `x` takes to agree with `other` on every dimension both have.
 Spec adopt(const ShardedTensor& x, const std::vector<std::optional<Axes>>& other, const Shape& out) {
-  const int offset = static_cast<int>(out.size()) - x.rank();
+  const int offset = static_cast<int>(out.size()) - x.ndim();
   std::set<std::string> used = used_axes(other);
-  Spec s = Spec::replicated(x.rank());
+  Spec s = Spec::replicated(x.ndim());
   s.partial = x.spec().partial;
-  for (int d = 0; d < x.rank(); ++d) {
+  for (int d = 0; d < x.ndim(); ++d) {
     bool full = x.global_shape()[d] == out[d + offset];
     if (!full) continue;
     if (other[d + offset]) {

@@ -1,4 +1,5 @@
-// Vocab-parallel softmax cross-entropy: two all-reduces of per-row statistics, a local backward.
+// Losses: sum, mean squared error, one-hot softmax cross-entropy, and the vocab-parallel
+// softmax cross-entropy (two all-reduces of per-row statistics, a local backward).
 #include "nn/losses.h"
 
 #include <cmath>
@@ -7,6 +8,7 @@
 #include "collectives/collectives.h"
 #include "collectives/reshard.h"
 #include "core/error.h"
+#include "nn/ops.h"
 #include "nn/propagation.h"
 
 namespace tessera::nn {
@@ -135,6 +137,25 @@ Var softmax_cross_entropy_with_integer_labels(const Var& logits_var, const Shard
                        }
                        sink.add(0, ShardedTensor(logits.mesh(), logits.spec(), logits.global_shape(), std::move(dx)));
                      });
+}
+
+Var sum_loss(const Var& y) { return sum(y); }
+
+Var mse_loss(const Var& prediction, const Var& target) {
+  if (prediction.shape() != target.shape()) {
+    throw ShapeError("mse_loss: prediction " + shape_to_string(prediction.shape()) + " and target " +
+                     shape_to_string(target.shape()) + " differ");
+  }
+  return mean(square(sub(prediction, target)));
+}
+
+Var softmax_cross_entropy(const Var& logits, const Var& labels) {
+  if (logits.shape() != labels.shape() || logits.ndim() < 1) {
+    throw ShapeError("softmax_cross_entropy: logits " + shape_to_string(logits.shape()) + " and labels " +
+                     shape_to_string(labels.shape()) + " differ");
+  }
+  Var per_example = neg(sum(mul(labels, log_softmax(logits)), {logits.ndim() - 1}));
+  return mean(per_example);
 }
 
 }  // namespace tessera::nn

@@ -1,4 +1,5 @@
-// Language-model loss with the vocabulary split over mesh axes (Megatron's vocab-parallel
+// Losses: sum, mean squared error, softmax cross-entropy with one-hot labels, and the
+// language-model loss with the vocabulary split over mesh axes (Megatron's vocab-parallel
 // cross-entropy), computed without gathering the logits. What moves, for logits [rows..., V]
 // whose V is split over axes A (A empty: nothing moves):
 //
@@ -17,6 +18,13 @@
 #include "nn/var.h"
 
 namespace tessera::nn {
+
+// Losses are scalars, possibly partial until read.
+Var sum_loss(const Var& y);
+Var mse_loss(const Var& prediction, const Var& target);
+// Mean over the leading (batch) dimension of -sum(labels * log_softmax(logits)) (optax's
+// softmax_cross_entropy with one-hot or soft labels).
+Var softmax_cross_entropy(const Var& logits, const Var& labels);
 
 // mean over rows of -log_softmax(logits)[row, labels[row]]; logits [rows..., V] (f32 or f64),
 // labels [rows...] (i32). optax.softmax_cross_entropy_with_integer_labels, then the mean.

@@ -10,6 +10,7 @@
 
 #include "core/kernels.h"
 #include "core/rules.h"
+#include "nn/losses.h"
 #include "nn/var.h"
 
 namespace tessera::nn {
@@ -54,13 +55,6 @@ Var with_sharding_constraint(const Var& x, const Spec& spec);
 // no_constraint, x is returned unchanged when a name matches no rule.
 Var with_logical_constraint(const Var& x, const std::vector<std::string>& names, const Rules& rules,
                             RulesFallback fallback = RulesFallback::unsharded);
-
-// Losses (scalars, possibly partial until read).
-Var sum_loss(const Var& y);
-Var mse_loss(const Var& prediction, const Var& target);
-// Mean over the leading (batch) dimension of -sum(labels * log_softmax(logits)) (optax's
-// softmax_cross_entropy with one-hot or soft labels).
-Var softmax_cross_entropy(const Var& logits, const Var& labels);
 
 // The value of a scalar (summing partial axes): collective over the mesh.
 double scalar_value(const ShardedTensor& x);

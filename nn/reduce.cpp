@@ -12,15 +12,15 @@ namespace tessera::nn {
 
 namespace {
 
-std::vector<int> normalize_dims(std::vector<int> dims, int rank, const char* what) {
+std::vector<int> normalize_dims(std::vector<int> dims, int ndim, const char* what) {
   if (dims.empty()) {
-    dims.resize(rank);
+    dims.resize(ndim);
     std::iota(dims.begin(), dims.end(), 0);
   }
   for (int& d : dims) {
-    if (d < 0) d += rank;
-    if (d < 0 || d >= rank) {
-      throw ShapeError(std::string(what) + ": dimension out of range for a rank-" + std::to_string(rank) + " tensor");
+    if (d < 0) d += ndim;
+    if (d < 0 || d >= ndim) {
+      throw ShapeError(std::string(what) + ": dimension out of range for a tensor of " + std::to_string(ndim) + " dimensions");
     }
   }
   std::sort(dims.begin(), dims.end());
@@ -31,11 +31,11 @@ std::vector<int> normalize_dims(std::vector<int> dims, int rank, const char* wha
 }  // namespace
 
 ShardedTensor sum(const ShardedTensor& x, std::vector<int> dims, bool keepdims) {
-  dims = normalize_dims(std::move(dims), x.rank(), "sum");
+  dims = normalize_dims(std::move(dims), x.ndim(), "sum");
   Spec spec = Spec::replicated(0);
   Shape shape;
   spec.partial = x.spec().partial;
-  for (int d = 0; d < x.rank(); ++d) {
+  for (int d = 0; d < x.ndim(); ++d) {
     bool reduced = std::binary_search(dims.begin(), dims.end(), d);
     if (reduced) {
       // Summing a split dimension leaves each rank a partial sum over its axes.
@@ -57,9 +57,9 @@ ShardedTensor broadcast_to(const ShardedTensor& x, const Shape& shape, const Spe
   ShardedTensor src = resolve_partial(x);
   // x's dimensions map to the trailing dimensions of `shape`; where x has extent 1 and the
   // target more, x is broadcast and its spec there is unsplit.
-  const int offset = static_cast<int>(shape.size()) - src.rank();
-  Spec want = Spec::replicated(src.rank());
-  for (int d = 0; d < src.rank(); ++d) {
+  const int offset = static_cast<int>(shape.size()) - src.ndim();
+  Spec want = Spec::replicated(src.ndim());
+  for (int d = 0; d < src.ndim(); ++d) {
     if (src.global_shape()[d] == shape[d + offset]) want.dims[d] = spec.axes(d + offset);
   }
   if (!(src.spec() == want)) src = reshard(src, want);
@@ -69,7 +69,7 @@ ShardedTensor broadcast_to(const ShardedTensor& x, const Shape& shape, const Spe
 
 ShardedTensor sum_to_shape(const ShardedTensor& x, const Shape& shape) {
   if (x.global_shape() == shape) return x;
-  const int offset = x.rank() - static_cast<int>(shape.size());
+  const int offset = x.ndim() - static_cast<int>(shape.size());
   ShardedTensor s = sum(x, broadcast_dims(x.global_shape(), shape), true);
   // Drop the leading dimensions that `shape` does not have (all of extent 1 now).
   Spec spec(std::vector<Axes>(s.spec().dims.begin() + offset, s.spec().dims.end()), s.spec().partial);
@@ -79,7 +79,7 @@ ShardedTensor sum_to_shape(const ShardedTensor& x, const Shape& shape) {
 }
 
 Var sum(const Var& x, std::vector<int> dims, bool keepdims) {
-  dims = normalize_dims(std::move(dims), x.rank(), "sum");
+  dims = normalize_dims(std::move(dims), x.ndim(), "sum");
   ShardedTensor y = sum(x.value(), dims, keepdims);
   return make_result("sum", std::move(y), {x}, [x, dims, keepdims](const ShardedTensor& g, GradSink& sink) {
     // The cotangent spreads back over the summed dimensions, in x's spec (partial dropped).
@@ -89,7 +89,7 @@ Var sum(const Var& x, std::vector<int> dims, bool keepdims) {
       Spec spec = Spec::replicated(0);
       spec.partial = g.spec().partial;
       int j = 0;
-      for (int d = 0; d < x.rank(); ++d) {
+      for (int d = 0; d < x.ndim(); ++d) {
         if (std::binary_search(dims.begin(), dims.end(), d)) {
           kept[d] = 1;
           spec.dims.push_back({});
@@ -104,14 +104,14 @@ Var sum(const Var& x, std::vector<int> dims, bool keepdims) {
 }
 
 Var mean(const Var& x, std::vector<int> dims, bool keepdims) {
-  dims = normalize_dims(std::move(dims), x.rank(), "mean");
+  dims = normalize_dims(std::move(dims), x.ndim(), "mean");
   std::int64_t count = 1;
   for (int d : dims) count *= x.shape()[d];
   return scale(sum(x, dims, keepdims), 1.0 / static_cast<double>(count));
 }
 
 Var log_softmax(const Var& x) {
-  const int last = x.rank() - 1;
+  const int last = x.ndim() - 1;
   if (last < 0) throw ShapeError("log_softmax: needs at least one dimension");
   // The normalisation needs the whole last dimension on each rank.
   ShardedTensor in = resolve_partial(x.value());
@@ -139,7 +139,7 @@ Var log_softmax(const Var& x) {
 
 Var take_layer(const Var& stacked, std::int64_t index) {
   const ShardedTensor& s = stacked.value();
-  if (s.rank() < 1 || index < 0 || index >= s.global_shape()[0]) {
+  if (s.ndim() < 1 || index < 0 || index >= s.global_shape()[0]) {
     throw ShapeError("take_layer: index " + std::to_string(index) + " out of range for '" + s.name() + "' " +
                      shape_to_string(s.global_shape()));
   }
@@ -156,7 +156,7 @@ Var take_layer(const Var& stacked, std::int64_t index) {
   Spec layer_spec(std::vector<Axes>(src->spec().dims.begin() + 1, src->spec().dims.end()));
   Shape block = src->local().shape();
   block[0] = 1;
-  std::vector<std::int64_t> at(s.rank(), 0);
+  std::vector<std::int64_t> at(s.ndim(), 0);
   at[0] = index;
   Tensor local = extract_block(src->local(), at, block);
   Shape local_layer(block.begin() + 1, block.end());

@@ -202,7 +202,7 @@ std::vector<Var> shard_map_impl(const Mesh& mesh, const ShardMapBody& body, cons
     if (!(args[i].mesh() == mesh)) {
       throw MeshError("shard_map: " + label + " lives on " + args[i].mesh().to_string() + ", not on " + mesh.to_string());
     }
-    Spec spec = in_specs[i].padded(args[i].rank());
+    Spec spec = in_specs[i].padded(args[i].ndim());
     validate_spec(spec, shape, args[i].shape(), label);
     inputs.push_back(args[i].spec() == spec ? args[i] : nn::reshard(args[i], spec));
     b->in_specs.push_back(spec);
@@ -213,7 +213,7 @@ std::vector<Var> shard_map_impl(const Mesh& mesh, const ShardMapBody& body, cons
     const Tensor& block = inputs[i].value().local();
     // Every leaf starts as a variable so that the tape records the whole body (its types need
     // every edge); prune_tape drops what no gradient needs once the body has run.
-    Var leaf(ShardedTensor(b->local, Spec::replicated(block.rank()), block.shape(), block), true);
+    Var leaf(ShardedTensor(b->local, Spec::replicated(block.ndim()), block.shape(), block), true);
     frame.rules[leaf.node().get()] = {detail::axis_mask(shape, b->in_specs[i].used_axes()), 0, static_cast<int>(i)};
     b->leaves.push_back(leaf);
   }
@@ -243,7 +243,7 @@ std::vector<Var> shard_map_impl(const Mesh& mesh, const ShardMapBody& body, cons
       }
       check_local(want.shape, block.shape(), shape, want.name);
     }
-    Spec spec = out_specs[k].padded(block.rank());
+    Spec spec = out_specs[k].padded(block.ndim());
     Shape global = block.shape();
     for (const auto& axis : spec.used_axes()) {
       if (!shape.has_axis(axis)) {
@@ -251,7 +251,7 @@ std::vector<Var> shard_map_impl(const Mesh& mesh, const ShardMapBody& body, cons
                         "', which is not in " + mesh.to_string());
       }
     }
-    for (int d = 0; d < block.rank(); ++d) global[d] *= shard_count(spec, shape, d);
+    for (int d = 0; d < block.ndim(); ++d) global[d] *= shard_count(spec, shape, d);
     validate_spec(spec, shape, global, label);
     const std::uint64_t varies = analysis.visit(r.node().get()).axes & unmentioned(spec, shape);
     if (varies != 0) {
@@ -278,7 +278,7 @@ std::vector<Var> shard_map_impl(const Mesh& mesh, const ShardMapBody& body, cons
       const Spec target = b->out_specs[k].without_partial();
       ShardedTensor gk = g.spec() == target ? g : tessera::reshard(g, target);
       const Tensor& block = gk.local();
-      ShardedTensor seed(b->local, Spec::replicated(block.rank()), block.shape(), block);
+      ShardedTensor seed(b->local, Spec::replicated(block.ndim()), block.shape(), block);
       std::vector<Var> wrt;
       std::vector<std::size_t> index;
       for (std::size_t i = 0; i < b->leaves.size(); ++i) {

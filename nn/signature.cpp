@@ -5,16 +5,11 @@
 #include <cctype>
 
 #include "core/error.h"
+#include "core/text.h"
 
 namespace tessera::nn {
 
 namespace {
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
-}
 
 [[noreturn]] void fail(std::string_view text, const std::string& message) {
   throw SpecError("signature \"" + std::string(text) + "\": " + message);

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/kernels.h"
 #include "nn/spmd_frame.h"
+#include "core/text.h"
 
 namespace tessera::nn {
 
@@ -33,12 +34,6 @@ namespace {
 
 using detail::SpmdFrame;
 
-std::string axes_text(const Axes& axes) {
-  std::string out = "(";
-  for (std::size_t i = 0; i < axes.size(); ++i) out += (i ? ", " : "") + axes[i];
-  return out + ")";
-}
-
 // The enclosing frame, with `axes` checked against its mesh (same text on every rank).
 SpmdFrame& frame_for(const char* op, const Axes& axes) {
   SpmdFrame* frame = detail::current_frame();
@@ -49,7 +44,7 @@ SpmdFrame& frame_for(const char* op, const Axes& axes) {
       throw SpecError(std::string(op) + ": mesh axis '" + axes[i] + "' is not in " + frame->mesh.to_string());
     }
     if (std::find(axes.begin(), axes.begin() + i, axes[i]) != axes.begin() + i) {
-      throw SpecError(std::string(op) + ": mesh axis '" + axes[i] + "' appears twice in " + axes_text(axes));
+      throw SpecError(std::string(op) + ": mesh axis '" + axes[i] + "' appears twice in " + parenthesized(axes));
     }
   }
   return *frame;
@@ -63,7 +58,7 @@ void check_local_var(const char* op, const Var& x, const SpmdFrame& frame) {
 }
 
 void check_dim(const char* op, const Var& x, int dim, const char* what = "dimension") {
-  if (dim < 0 || dim >= x.rank()) {
+  if (dim < 0 || dim >= x.ndim()) {
     throw ShapeError(std::string(op) + ": " + what + " " + std::to_string(dim) + " is out of range for a block of shape " +
                      shape_to_string(x.value().local().shape()));
   }
@@ -73,7 +68,7 @@ void check_divides(const char* op, const Var& x, int dim, const Axes& axes, int 
   const std::int64_t size = x.value().local().shape()[dim];
   if (size % n != 0) {
     throw ShapeError(std::string(op) + ": dimension " + std::to_string(dim) + " of the block (size " +
-                     std::to_string(size) + ") does not divide over axes " + axes_text(axes) + " of size " +
+                     std::to_string(size) + ") does not divide over axes " + parenthesized(axes) + " of size " +
                      std::to_string(n));
   }
 }

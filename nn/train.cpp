@@ -22,14 +22,14 @@ TrainState create_train_state(ParamTree params, const Optimizer& optimizer) {
 ShardedTensor microbatch(const ShardedTensor& x, int index, int count) {
   if (count == 1) return x;
   const Shape& local = x.local().shape();
-  if (x.rank() < 1 || local[0] % count != 0) {
+  if (x.ndim() < 1 || local[0] % count != 0) {
     throw ShapeError("microbatches: the local batch block of '" + x.name() + "' (" +
-                     std::to_string(x.rank() ? local[0] : 0) + " rows of global " + shape_to_string(x.global_shape()) +
+                     std::to_string(x.ndim() ? local[0] : 0) + " rows of global " + shape_to_string(x.global_shape()) +
                      " " + x.spec().to_string() + ") does not split into " + std::to_string(count) + " microbatches");
   }
   Shape block = local;
   block[0] /= count;
-  std::vector<std::int64_t> at(x.rank(), 0);
+  std::vector<std::int64_t> at(x.ndim(), 0);
   at[0] = index * block[0];
   Shape global = x.global_shape();
   global[0] /= count;

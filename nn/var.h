@@ -30,7 +30,6 @@ class Var {
   const Mesh& mesh() const { return value().mesh(); }
   DType dtype() const { return value().dtype(); }
   int ndim() const { return value().ndim(); }
-  int rank() const { return ndim(); }  // old name of ndim()
   bool requires_grad() const;
   bool defined() const { return node_ != nullptr; }
   const std::shared_ptr<Node>& node() const { return node_; }

@@ -46,15 +46,15 @@ inline std::vector<MeshShape> meshes_of_size(int n, bool wide = false) {
   return out;
 }
 
-// Every way to give each dimension of a rank-`rank` tensor an ordered list of distinct axes
+// Every way to give each dimension of an `ndim`-dimensional tensor an ordered list of distinct axes
 // (each axis used at most once), optionally with every subset of the remaining axes partial.
-inline std::vector<Spec> all_specs(const MeshShape& mesh, int rank, bool with_partial) {
+inline std::vector<Spec> all_specs(const MeshShape& mesh, int ndim, bool with_partial) {
   std::vector<Spec> out;
   const int k = mesh.ndim();
   // Assign each axis a slot: -1 unused, -2 partial, or a dimension; then every order of the
   // axes within a dimension.
   std::vector<int> slot(k, -1);
-  const int choices = rank + (with_partial ? 2 : 1);
+  const int choices = ndim + (with_partial ? 2 : 1);
   int total = 1;
   for (int i = 0; i < k; ++i) total *= choices;
   for (int code = 0; code < total; ++code) {
@@ -63,15 +63,15 @@ inline std::vector<Spec> all_specs(const MeshShape& mesh, int rank, bool with_pa
       slot[i] = c % choices - (with_partial ? 2 : 1);
       c /= choices;
     }
-    std::vector<std::vector<int>> per_dim(rank);
-    Spec base = Spec::replicated(rank);
+    std::vector<std::vector<int>> per_dim(ndim);
+    Spec base = Spec::replicated(ndim);
     for (int i = 0; i < k; ++i) {
       if (slot[i] >= 0) per_dim[slot[i]].push_back(i);
       if (slot[i] == -2) base.partial.push_back(mesh.names()[i]);
     }
     // All orderings of each dimension's axes.
     std::vector<Spec> specs = {base};
-    for (int d = 0; d < rank; ++d) {
+    for (int d = 0; d < ndim; ++d) {
       std::vector<Spec> next;
       std::vector<int> axes = per_dim[d];
       std::sort(axes.begin(), axes.end());

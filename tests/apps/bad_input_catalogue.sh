@@ -178,7 +178,7 @@ printf 'not an hdf5 file\n' >"$work/text.h5"
 head -c 2000 "$good_file" >"$work/truncated.h5"
 expect ckpt_tool.no_subcommand 2 'A subcommand is required' one "$ck"
 expect ckpt_tool.missing_file 2 "ckpt_tool: .*'$work/nope.h5'" one "$ck" list "$work/nope.h5"
-expect ckpt_tool.empty_dir 2 "^ckpt_tool: no complete checkpoint in '$work/empty_dir'" one "$ck" list "$work/empty_dir"
+expect ckpt_tool.empty_dir 2 "^ckpt_tool: list: directory '$work/empty_dir' holds no complete checkpoint \\(ckpt_<step>\\.h5\\)$" one "$ck" list "$work/empty_dir"
 expect ckpt_tool.not_hdf5 2 "'$work/text.h5'.*not an HDF5 file" one "$ck" verify "$work/text.h5"
 expect ckpt_tool.truncated 3 "'$work/truncated.h5'.*truncated file" one "$ck" list "$work/truncated.h5"
 

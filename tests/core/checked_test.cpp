@@ -62,7 +62,7 @@ TEST(Checked, MeshSizeRefusesToWrap) {
   try {
     (void)MeshShape({"a", "b", "c", "d"}, {1000, 1000, 1000, 1000});
     ADD_FAILURE() << "no error";
-  } catch (const SpecError& e) {
+  } catch (const MeshError& e) {
     EXPECT_STREQ(e.what(), "mesh: the axis sizes multiply to more than 2147483647 ranks");
   }
   const MeshShape mesh({"a", "b", "c"}, {1000, 1000, 2000});

@@ -23,7 +23,7 @@ TEST(LogicalToMeshAxes, FlaxDocstringExample) {
   const Rules rules = {{"batch", {"X"}}, {"features", {"X"}}, {"heads", {"Y"}}, {"batch", {"Z"}}};
   const Spec spec = logical_to_mesh_axes({"batch", "length", "heads", "features"}, rules);
   EXPECT_EQ(spec, parse_spec("P(X, None, Y, None)"));
-  EXPECT_EQ(spec.rank(), 4);
+  EXPECT_EQ(spec.ndim(), 4);
   EXPECT_EQ(spec.to_string(), "P(X, None, Y, None)");
   EXPECT_NE(spec, parse_spec("P(X, None, None, Y)"));
 }

@@ -151,20 +151,20 @@ TEST(MeshShape, ParseAndCoordinates) {
   try {
     MeshShape::parse("data=2,model=x");
     FAIL();
-  } catch (const SpecError& e) {
+  } catch (const MeshError& e) {
     EXPECT_STREQ(e.what(), "mesh 'data=2,model=x': size of axis 'model' is not a positive integer: 'x'");
   }
   try {
     MeshShape::parse("data=2,data=4");
     FAIL();
-  } catch (const SpecError& e) {
+  } catch (const MeshError& e) {
     EXPECT_STREQ(e.what(), "mesh 'data=2,data=4': axis name 'data' appears twice");
   }
   // Found by the mesh_shape_parse fuzz target: size() overflowed int.
   try {
     MeshShape::parse("a=2048,b=2048,c=2048");
     FAIL();
-  } catch (const SpecError& e) {
+  } catch (const MeshError& e) {
     EXPECT_STREQ(e.what(), "mesh 'a=2048,b=2048,c=2048': the axis sizes multiply to more than 2147483647 ranks");
   }
   EXPECT_EQ(MeshShape::parse("a=2048,b=1024,c=1023").size(), 2048 * 1024 * 1023);

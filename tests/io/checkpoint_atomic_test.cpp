@@ -10,7 +10,7 @@
 #include <fstream>
 #include <string>
 
-#include "io/atomic_dir.h"
+#include "io/checkpoint_dir.h"
 #include "io/checkpoint.h"
 
 namespace tessera {

@@ -3,7 +3,7 @@
 //   checkpoint_crash_helper restore DIR STEP    restores DIR's latest and checks it is STEP's,
 //                                               every array bit-identical to its reference
 // Exit codes: 0 ok, 1 wrong values, 3 IoError. TESSERA_CHECKPOINT_TEST_KILL makes one rank
-// kill itself during the save (io/atomic_dir.h).
+// kill itself during the save (io/checkpoint_dir.h).
 #include <cstdio>
 #include <string>
 

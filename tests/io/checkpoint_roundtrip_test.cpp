@@ -10,7 +10,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "io/atomic_dir.h"
+#include "io/checkpoint_dir.h"
 #include "io/checkpoint_format.h"
 #include "io/hdf5_handle.h"
 #include "tests/io/io_test_support.h"
@@ -242,7 +242,7 @@ TEST(CheckpointInspect, InfoVerifyAndOneChunkPerBlock) {
     hsize_t chunks = 0;
     check_h5(H5Dget_num_chunks(dataset.get(), space.get(), &chunks), "H5Dget_num_chunks", file);
     std::int64_t blocks = 1;
-    for (int d = 0; d < saved->value.rank(); ++d) blocks *= shard_count(saved->value.spec(), mesh.shape(), d);
+    for (int d = 0; d < saved->value.ndim(); ++d) blocks *= shard_count(saved->value.spec(), mesh.shape(), d);
     EXPECT_EQ(static_cast<std::int64_t>(chunks), blocks) << array.path;
   }
   std::string report;

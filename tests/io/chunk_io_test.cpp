@@ -1,5 +1,5 @@
 // The pieces of the direct chunk path, on one process: Fletcher32 equals the checksum HDF5's
-// filter stores, a file laid out through the layout driver and then filled with pwrite at the
+// filter stores, a file whose skeleton is written through the skeleton driver and then filled with pwrite at the
 // chunks' addresses reads back through plain HDF5 (which checks every checksum), and
 // chunk_shape keeps every chunk inside one block.
 #include <fcntl.h>
@@ -15,7 +15,7 @@
 #include "io/checkpoint_format.h"
 #include "io/fletcher32.h"
 #include "io/hdf5_handle.h"
-#include "io/layout_driver.h"
+#include "io/skeleton_driver.h"
 
 namespace tessera {
 namespace {
@@ -97,7 +97,7 @@ TEST(LayoutDriver, DroppedFillLeavesChunkSpaceThatOwnersFillAndHdf5Verifies) {
   haddr_t address[2] = {HADDR_UNDEF, HADDR_UNDEF};
   unsigned long long dropped = 0;
   {
-    H5Handle access = checkpoint_io::layout_file_access(path);
+    H5Handle access = checkpoint_io::skeleton_file_access(path);
     H5Handle file = file_handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()), "H5Fcreate", path);
     H5Handle space = dataspace_handle(H5Screate_simple(2, dims, nullptr), "H5Screate_simple", path);
     H5Handle create = plist_handle(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate", path);

@@ -1,6 +1,6 @@
 // Two-phase commit of checkpoint files with POSIX rename, which is atomic within a directory:
 // a reader sees either no ckpt_<step>.h5 or the complete file, never a partial one.
-#include "io/atomic_dir.h"
+#include "io/checkpoint_dir.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "io/checkpoint.h"
+#include "io/checkpoint_format.h"
 
 namespace tessera::checkpoint_dir {
 
@@ -197,6 +198,22 @@ std::optional<std::string> latest_checkpoint(const std::string& dir) {
   auto complete = checkpoint_dir::list_complete(dir);
   if (complete.empty()) return std::nullopt;
   return complete.back().second;
+}
+
+std::string resolve_checkpoint(const std::string& dir_or_file, std::string_view what) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(dir_or_file, ec)) {
+    auto latest = latest_checkpoint(dir_or_file);
+    if (!latest) {
+      throw IoError(std::string(what) + ": directory '" + dir_or_file +
+                    "' holds no complete checkpoint (ckpt_<step>.h5)");
+    }
+    return *latest;
+  }
+  if (!std::filesystem::exists(dir_or_file, ec)) {
+    throw IoError(std::string(what) + ": " + checkpoint_format::file_context(dir_or_file) + " does not exist");
+  }
+  return dir_or_file;
 }
 
 }  // namespace tessera

@@ -1,5 +1,5 @@
-// The layout driver: an HDF5 virtual file driver with which one process lays out a checkpoint
-// file (superblock, groups, object headers, attributes, chunk indexes, and the file space of
+// The skeleton driver: an HDF5 virtual file driver with which one process writes the skeleton of
+// a checkpoint file (superblock, groups, object headers, attributes, chunk indexes, and the file space of
 // every chunk) without writing the chunks' bytes, so that the ranks owning the data can write
 // them afterwards, in parallel, straight into the space HDF5 allocated (io/save.cpp).
 //
@@ -20,11 +20,11 @@
 
 namespace tessera::checkpoint_io {
 
-// A file access property list for the layout driver (registered on first use), with the same
+// A file access property list for the skeleton driver (registered on first use), with the same
 // format bounds as every tessera file.
-H5Handle layout_file_access(std::string_view context);
+H5Handle skeleton_file_access(std::string_view context);
 
-// While one is alive, raw-data writes through the layout driver are dropped (and counted).
+// While one is alive, raw-data writes through the skeleton driver are dropped (and counted).
 class DropRawWrites {
  public:
   DropRawWrites();

@@ -1,6 +1,6 @@
-// The layout driver (see layout_driver.h): HDF5's virtual file driver interface over POSIX
+// The skeleton driver (see skeleton_driver.h): HDF5's virtual file driver interface over POSIX
 // pread/pwrite, with raw-data writes dropped while a DropRawWrites guard is alive.
-#include "io/layout_driver.h"
+#include "io/skeleton_driver.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -18,8 +18,8 @@ namespace tessera::checkpoint_io {
 
 namespace {
 
-struct LayoutFile {
-  H5FD_t pub;  // first: HDF5 sees a LayoutFile* as an H5FD_t*
+struct SkeletonFile {
+  H5FD_t pub;  // first: HDF5 sees a SkeletonFile* as an H5FD_t*
   int fd;
   haddr_t eoa;  // end of the address space HDF5 allocated
   haddr_t eof;  // end of the bytes on disk
@@ -32,16 +32,16 @@ constexpr haddr_t max_address = (haddr_t{1} << (8 * sizeof(off_t) - 1)) - 1;
 int drop_depth = 0;
 unsigned long long dropped_total = 0;
 
-LayoutFile* as_file(H5FD_t* file) { return reinterpret_cast<LayoutFile*>(file); }
-const LayoutFile* as_file(const H5FD_t* file) { return reinterpret_cast<const LayoutFile*>(file); }
+SkeletonFile* as_file(H5FD_t* file) { return reinterpret_cast<SkeletonFile*>(file); }
+const SkeletonFile* as_file(const H5FD_t* file) { return reinterpret_cast<const SkeletonFile*>(file); }
 
 void push_error(const char* function, H5E_minor_t minor, const std::string& message) {
   H5Epush2(H5E_DEFAULT, __FILE__, function, __LINE__, H5E_ERR_CLS, H5E_VFL, minor, "%s", message.c_str());
 }
 
-H5FD_t* layout_open(const char* name, unsigned flags, hid_t, haddr_t maxaddr) {
+H5FD_t* skeleton_open(const char* name, unsigned flags, hid_t, haddr_t maxaddr) {
   if (maxaddr == 0 || maxaddr == HADDR_UNDEF || maxaddr > max_address) {
-    push_error("layout_open", H5E_BADVALUE, "bad maximum address");
+    push_error("skeleton_open", H5E_BADVALUE, "bad maximum address");
     return nullptr;
   }
   int open_flags = (flags & H5F_ACC_RDWR) != 0 ? O_RDWR : O_RDONLY;
@@ -50,16 +50,16 @@ H5FD_t* layout_open(const char* name, unsigned flags, hid_t, haddr_t maxaddr) {
   if ((flags & H5F_ACC_EXCL) != 0) open_flags |= O_EXCL;
   const int fd = ::open(name, open_flags | O_CLOEXEC | O_NOFOLLOW, 0666);  // never through a symlink
   if (fd < 0) {
-    push_error("layout_open", H5E_CANTOPENFILE, std::string("cannot open '") + name + "': " + std::strerror(errno));
+    push_error("skeleton_open", H5E_CANTOPENFILE, std::string("cannot open '") + name + "': " + std::strerror(errno));
     return nullptr;
   }
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
-    push_error("layout_open", H5E_BADFILE, std::string("cannot stat '") + name + "': " + std::strerror(errno));
+    push_error("skeleton_open", H5E_BADFILE, std::string("cannot stat '") + name + "': " + std::strerror(errno));
     ::close(fd);
     return nullptr;
   }
-  auto* file = new LayoutFile{};
+  auto* file = new SkeletonFile{};
   file->fd = fd;
   file->eof = static_cast<haddr_t>(st.st_size);
   file->device = st.st_dev;
@@ -67,26 +67,26 @@ H5FD_t* layout_open(const char* name, unsigned flags, hid_t, haddr_t maxaddr) {
   return &file->pub;
 }
 
-herr_t layout_close(H5FD_t* file) {
-  LayoutFile* f = as_file(file);
+herr_t skeleton_close(H5FD_t* file) {
+  SkeletonFile* f = as_file(file);
   const int status = ::close(f->fd);
   delete f;
   if (status != 0) {
-    push_error("layout_close", H5E_CANTCLOSEFILE, std::string("close failed: ") + std::strerror(errno));
+    push_error("skeleton_close", H5E_CANTCLOSEFILE, std::string("close failed: ") + std::strerror(errno));
     return -1;
   }
   return 0;
 }
 
-int layout_cmp(const H5FD_t* a, const H5FD_t* b) {
-  const LayoutFile* f = as_file(a);
-  const LayoutFile* g = as_file(b);
+int skeleton_cmp(const H5FD_t* a, const H5FD_t* b) {
+  const SkeletonFile* f = as_file(a);
+  const SkeletonFile* g = as_file(b);
   if (f->device != g->device) return f->device < g->device ? -1 : 1;
   if (f->inode != g->inode) return f->inode < g->inode ? -1 : 1;
   return 0;
 }
 
-herr_t layout_query(const H5FD_t*, unsigned long* flags) {
+herr_t skeleton_query(const H5FD_t*, unsigned long* flags) {
   if (flags != nullptr) {
     *flags = H5FD_FEAT_AGGREGATE_METADATA | H5FD_FEAT_ACCUMULATE_METADATA | H5FD_FEAT_AGGREGATE_SMALLDATA |
              H5FD_FEAT_POSIX_COMPAT_HANDLE;
@@ -94,25 +94,25 @@ herr_t layout_query(const H5FD_t*, unsigned long* flags) {
   return 0;
 }
 
-haddr_t layout_get_eoa(const H5FD_t* file, H5FD_mem_t) { return as_file(file)->eoa; }
+haddr_t skeleton_get_eoa(const H5FD_t* file, H5FD_mem_t) { return as_file(file)->eoa; }
 
-herr_t layout_set_eoa(H5FD_t* file, H5FD_mem_t, haddr_t address) {
+herr_t skeleton_set_eoa(H5FD_t* file, H5FD_mem_t, haddr_t address) {
   as_file(file)->eoa = address;
   return 0;
 }
 
-haddr_t layout_get_eof(const H5FD_t* file, H5FD_mem_t) { return as_file(file)->eof; }
+haddr_t skeleton_get_eof(const H5FD_t* file, H5FD_mem_t) { return as_file(file)->eof; }
 
-herr_t layout_get_handle(H5FD_t* file, hid_t, void** handle) {
+herr_t skeleton_get_handle(H5FD_t* file, hid_t, void** handle) {
   if (handle == nullptr) return -1;
   *handle = &as_file(file)->fd;
   return 0;
 }
 
-herr_t layout_read(H5FD_t* file, H5FD_mem_t, hid_t, haddr_t address, size_t size, void* buffer) {
-  LayoutFile* f = as_file(file);
+herr_t skeleton_read(H5FD_t* file, H5FD_mem_t, hid_t, haddr_t address, size_t size, void* buffer) {
+  SkeletonFile* f = as_file(file);
   if (address + size > f->eoa) {
-    push_error("layout_read", H5E_OVERFLOW, "read past the end of the allocated space");
+    push_error("skeleton_read", H5E_OVERFLOW, "read past the end of the allocated space");
     return -1;
   }
   auto* out = static_cast<char*>(buffer);
@@ -120,7 +120,7 @@ herr_t layout_read(H5FD_t* file, H5FD_mem_t, hid_t, haddr_t address, size_t size
     const ssize_t n = ::pread(f->fd, out, size, static_cast<off_t>(address));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      push_error("layout_read", H5E_READERROR, std::string("pread failed: ") + std::strerror(errno));
+      push_error("skeleton_read", H5E_READERROR, std::string("pread failed: ") + std::strerror(errno));
       return -1;
     }
     if (n == 0) {  // past the end of the file: HDF5 expects zeros, as from sec2
@@ -134,10 +134,10 @@ herr_t layout_read(H5FD_t* file, H5FD_mem_t, hid_t, haddr_t address, size_t size
   return 0;
 }
 
-herr_t layout_write(H5FD_t* file, H5FD_mem_t type, hid_t, haddr_t address, size_t size, const void* buffer) {
-  LayoutFile* f = as_file(file);
+herr_t skeleton_write(H5FD_t* file, H5FD_mem_t type, hid_t, haddr_t address, size_t size, const void* buffer) {
+  SkeletonFile* f = as_file(file);
   if (address + size > f->eoa) {
-    push_error("layout_write", H5E_OVERFLOW, "write past the end of the allocated space");
+    push_error("skeleton_write", H5E_OVERFLOW, "write past the end of the allocated space");
     return -1;
   }
   if (type == H5FD_MEM_DRAW && drop_depth > 0) {
@@ -149,7 +149,7 @@ herr_t layout_write(H5FD_t* file, H5FD_mem_t type, hid_t, haddr_t address, size_
     const ssize_t n = ::pwrite(f->fd, in, size, static_cast<off_t>(address));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      push_error("layout_write", H5E_WRITEERROR, std::string("pwrite failed: ") + std::strerror(errno));
+      push_error("skeleton_write", H5E_WRITEERROR, std::string("pwrite failed: ") + std::strerror(errno));
       return -1;
     }
     in += n;
@@ -162,11 +162,11 @@ herr_t layout_write(H5FD_t* file, H5FD_mem_t type, hid_t, haddr_t address, size_
 
 // Sets the file's length to the allocated space, so the chunks whose writes were dropped lie
 // inside the file (as holes) for their owners to fill.
-herr_t layout_truncate(H5FD_t* file, hid_t, hbool_t) {
-  LayoutFile* f = as_file(file);
+herr_t skeleton_truncate(H5FD_t* file, hid_t, hbool_t) {
+  SkeletonFile* f = as_file(file);
   if (f->eoa == f->eof) return 0;
   if (::ftruncate(f->fd, static_cast<off_t>(f->eoa)) != 0) {
-    push_error("layout_truncate", H5E_SEEKERROR, std::string("ftruncate failed: ") + std::strerror(errno));
+    push_error("skeleton_truncate", H5E_SEEKERROR, std::string("ftruncate failed: ") + std::strerror(errno));
     return -1;
   }
   f->eof = f->eoa;
@@ -175,39 +175,39 @@ herr_t layout_truncate(H5FD_t* file, hid_t, hbool_t) {
 
 H5FD_class_t make_class() {
   H5FD_class_t c{};
-  c.name = "tessera_layout";
+  c.name = "tessera_skeleton";
   c.maxaddr = max_address;
   c.fc_degree = H5F_CLOSE_WEAK;
-  c.open = layout_open;
-  c.close = layout_close;
-  c.cmp = layout_cmp;
-  c.query = layout_query;
-  c.get_eoa = layout_get_eoa;
-  c.set_eoa = layout_set_eoa;
-  c.get_eof = layout_get_eof;
-  c.get_handle = layout_get_handle;
-  c.read = layout_read;
-  c.write = layout_write;
-  c.truncate = layout_truncate;
+  c.open = skeleton_open;
+  c.close = skeleton_close;
+  c.cmp = skeleton_cmp;
+  c.query = skeleton_query;
+  c.get_eoa = skeleton_get_eoa;
+  c.set_eoa = skeleton_set_eoa;
+  c.get_eof = skeleton_get_eof;
+  c.get_handle = skeleton_get_handle;
+  c.read = skeleton_read;
+  c.write = skeleton_write;
+  c.truncate = skeleton_truncate;
   const H5FD_mem_t free_lists[H5FD_MEM_NTYPES] = H5FD_FLMAP_DICHOTOMY;  // metadata and raw data apart, as sec2
   std::copy(std::begin(free_lists), std::end(free_lists), std::begin(c.fl_map));
   return c;
 }
 
-const H5FD_class_t layout_class = make_class();
+const H5FD_class_t skeleton_class = make_class();
 
-hid_t layout_driver_id(std::string_view context) {
+hid_t skeleton_driver_id(std::string_view context) {
   static hid_t id = H5I_INVALID_HID;
-  if (id < 0 || H5Iis_valid(id) <= 0) id = H5FDregister(&layout_class);
+  if (id < 0 || H5Iis_valid(id) <= 0) id = H5FDregister(&skeleton_class);
   if (id < 0) check_h5(-1, "H5FDregister", context);
   return id;
 }
 
 }  // namespace
 
-H5Handle layout_file_access(std::string_view context) {
+H5Handle skeleton_file_access(std::string_view context) {
   H5Handle fapl = plist_handle(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate", context);
-  check_h5(H5Pset_driver(fapl.get(), layout_driver_id(context), nullptr), "H5Pset_driver", context);
+  check_h5(H5Pset_driver(fapl.get(), skeleton_driver_id(context), nullptr), "H5Pset_driver", context);
   check_h5(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST), "H5Pset_libver_bounds", context);
   return fapl;
 }
