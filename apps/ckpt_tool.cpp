@@ -14,7 +14,7 @@
 
 #include "apps/cli_main.h"
 #include "io/checkpoint.h"
-#include "io/parallel_file.h"
+#include "io/io_errors.h"
 #include "mesh/environment.h"
 #include "core/text.h"
 

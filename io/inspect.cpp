@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "io/checkpoint_format.h"
+#include "io/chunk_address.h"
 #include "io/fletcher32.h"
 #include "io/parallel_file.h"
 

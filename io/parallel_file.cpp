@@ -1,8 +1,6 @@
-// Shared pieces of parallel save and restore.
+// HDF5 file access through MPI-IO (or one process), hyperslab selections and MPI hints.
 #include "io/parallel_file.h"
 
-#include "core/checked.h"
-#include "mesh/agree.h"
 #include "mesh/mpi_check.h"
 
 namespace tessera::checkpoint_io {
@@ -70,56 +68,12 @@ H5Handle memory_space(const Shape& block, bool take_part, std::string_view conte
   return space;
 }
 
-bool chunk_is_contiguous(const Shape& block, const std::vector<hsize_t>& chunk) {
-  std::size_t d = 0;
-  while (d < chunk.size() && chunk[d] == 1) ++d;
-  for (std::size_t k = d + 1; k < chunk.size(); ++k) {
-    if (static_cast<std::int64_t>(chunk[k]) != block[k]) return false;
-  }
-  return true;
-}
-
-std::string coords_text(const std::vector<hsize_t>& coords) {
-  std::string text = "(";
-  for (std::size_t d = 0; d < coords.size(); ++d) text += (d > 0 ? ", " : "") + std::to_string(coords[d]);
-  return text + ")";
-}
-
-haddr_t filtered_chunk_address(hid_t dataset, const std::vector<hsize_t>& start, std::uint64_t chunk_bytes,
-                               std::string_view context) {
-  const std::string where = coords_text(start);
-  unsigned mask = 0;
-  haddr_t address = HADDR_UNDEF;
-  hsize_t stored = 0;
-  check_h5(H5Dget_chunk_info_by_coord(dataset, start.data(), &mask, &address, &stored), "H5Dget_chunk_info_by_coord",
-           context);
-  if (address == HADDR_UNDEF) throw IoError(std::string(context) + ": chunk at " + where + " is missing");
-  // The chunk's end must be a file offset: readers add the size to the address.
-  (void)checked_cast<std::int64_t>(checked_add<std::uint64_t>(address, stored, "chunk end offset"), "chunk end offset");
-  if (stored != chunk_bytes + 4 || mask != 0) {
-    throw IoError(std::string(context) + ": chunk at " + where + " is stored with " + std::to_string(stored) +
-                  " bytes and filter mask " + std::to_string(mask) + "; expected " + std::to_string(chunk_bytes + 4) +
-                  " bytes and mask 0");
-  }
-  return address;
-}
 
 MPI_Info make_info(const std::vector<std::pair<std::string, std::string>>& hints) {
   MPI_Info info = MPI_INFO_NULL;
   check_mpi(MPI_Info_create(&info), "MPI_Info_create");
   for (const auto& [key, value] : hints) check_mpi(MPI_Info_set(info, key.c_str(), value.c_str()), "MPI_Info_set");
   return info;
-}
-
-void throw_io_error(const std::string& message) {
-  for (const char* phrase : {corrupt_phrase, incomplete_phrase, truncated_phrase}) {
-    if (message.find(phrase) != std::string::npos) throw IntegrityError(message);
-  }
-  throw IoError(message);
-}
-
-void agree_or_throw_io(const Communicator& comm, const std::optional<std::string>& local_error) {
-  if (auto message = first_error(comm, local_error)) throw_io_error(*message);
 }
 
 }  // namespace tessera::checkpoint_io

@@ -23,13 +23,15 @@
 
 #include "core/checked.h"
 #include "core/error.h"
-#include "io/checkpoint_dir.h"
 #include "io/checkpoint.h"
+#include "io/checkpoint_dir.h"
 #include "io/checkpoint_format.h"
+#include "io/chunk_address.h"
 #include "io/directory_lock.h"
 #include "io/fletcher32.h"
-#include "io/skeleton_driver.h"
+#include "io/io_errors.h"
 #include "io/parallel_file.h"
+#include "io/skeleton_driver.h"
 #include "mesh/agree.h"
 #include "mesh/mpi_check.h"
 
