@@ -20,7 +20,7 @@
 #include "mesh/environment.h"
 #include "mesh/mpi_check.h"
 #include "mesh/mesh.h"
-#include "nn/layers.h"
+#include "models/mlp.h"
 #include "nn/ops.h"
 #include "nn/optim.h"
 #include "nn/train.h"
@@ -218,7 +218,7 @@ int run(const Options& o, int world_rank) {
   validate_rules(rules, mesh_shape);
   Mesh mesh = Mesh::world(mesh_shape);
 
-  const nn::MLP model{o.layers, o.depth, o.scan, o.logical};
+  const models::MLP model{o.layers, o.depth, o.scan, o.logical};
   const Shape input_shape = {o.batch, o.depth};
   const nn::ParamInfos infos = nn::abstract_init(model, mesh_shape, rules, input_shape);
   apps::DataConfig data_config{o.batch, o.depth, apps::parse_loss_kind(o.loss), apps::parse_input_kind(o.input),
@@ -266,7 +266,7 @@ int run(const Options& o, int world_rank) {
   const std::string pictures = first_picture(state.params, "Dense_0/kernel") + first_picture(state.params, "W2");
   if (root) std::cout << pictures << '\n';
 
-  const nn::ApplyContext ctx{rules};
+  const models::ApplyContext ctx{rules};
   const nn::LossFn loss_fn = [&](const nn::VarTree& params, const nn::Batch& batch) {
     return data.loss(model.apply(nn::ParamView(params), ctx, nn::Var(batch.x)), batch);
   };
