@@ -3,7 +3,12 @@
 // None)), beside a plain sequential write + read of the same bytes on the same disk in the same
 // run (rank 0, fwrite/fread in 64 MiB pieces, fsync). Before every read the file's pages are
 // dropped from the page cache (posix_fadvise DONTNEED after fsync), so reads come from the disk
-// or whatever cache lies below the kernel. One JSON object per line.
+// or whatever cache lies below the kernel. The state is an nn::TrainState saved and restored
+// as the apps do (save_train_state, restore_train_state_into an allocated target); each rank
+// also measures how much resident memory a save and a restore add at their peak above what it
+// held just before (VmHWM after resetting it), over its bytes of the state:
+// save_extra_rss_over_state and restore_extra_rss_over_state, the largest rank's. One JSON
+// object per line.
 //   bash scripts/mpirun/local.sh 8 build/apps/bench_checkpoint --state both
 #include <fcntl.h>
 #include <sys/statvfs.h>
@@ -15,6 +20,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -23,6 +30,7 @@
 
 #include "core/error.h"
 #include "io/checkpoint.h"
+#include "io/train_state_io.h"
 #include "mesh/agree.h"
 #include "mesh/environment.h"
 #include "mesh/mesh.h"
@@ -49,37 +57,83 @@ void drop_page_cache(const std::string& path) {
   ::close(fd);
 }
 
-// An MLP state: `layers` x (W1 [depth, depth] P(None, model), W2 [depth, depth] P(model, None))
-// for params, mu and nu, plus the step count.
-CheckpointState mlp_state(const Mesh& mesh, int layers, std::int64_t depth, bool fill) {
-  CheckpointState state;
-  state.step = 100;
-  state.seed = 0;
-  state.config = "{\"layers\": " + std::to_string(layers) + ", \"depth\": " + std::to_string(depth) + "}";
+// An MLP training state: `layers` x (W1 [depth, depth] P(None, model), W2 [depth, depth]
+// P(model, None)) for params and Adam's mu and nu, plus the step count.
+nn::TrainState mlp_state(const Mesh& mesh, int layers, std::int64_t depth, bool fill) {
   const std::string split = mesh.axis_names().back();
-  for (const char* prefix : {"params/", "opt_state/mu/", "opt_state/nu/"}) {
-    for (int l = 0; l < layers; ++l) {
-      for (const char* name : {"W1", "W2"}) {
-        const std::string path = std::string(prefix) + "MLP_0/DotReluDot_" + std::to_string(l) + "/" + name;
-        const Spec spec =
-            name == std::string("W1") ? Spec(std::vector<Axes>{{}, {split}}) : Spec(std::vector<Axes>{{split}, {}});
-        ShardedTensor value = ShardedTensor::zeros(mesh, spec, {depth, depth}, DType::f32, path);
-        if (fill) {
-          auto values = value.local().values<float>();
-          for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 1021) * 0.001f + l;
-        }
-        state.arrays.push_back({path, std::move(value), {}});
+  nn::ParamTree params;
+  for (int l = 0; l < layers; ++l) {
+    for (const char* name : {"W1", "W2"}) {
+      const std::string path = "MLP_0/DotReluDot_" + std::to_string(l) + "/" + name;
+      const Spec spec =
+          name == std::string("W1") ? Spec(std::vector<Axes>{{}, {split}}) : Spec(std::vector<Axes>{{split}, {}});
+      params.emplace(path, ShardedTensor::zeros(mesh, spec, {depth, depth}, DType::f32, path));
+    }
+  }
+  nn::TrainState state = nn::create_train_state(std::move(params), nn::Optimizer{});
+  state.step = 100;
+  state.opt_state.count = 100;
+  if (fill) {
+    int k = 0;
+    for (nn::ParamTree* tree : {&state.params, &state.opt_state.mu, &state.opt_state.nu}) {
+      for (auto& [path, value] : *tree) {
+        auto values = value.local().values<float>();
+        for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 1021) * 0.001f + k;
+        ++k;
       }
     }
   }
-  state.arrays.push_back({"opt_state/count", ShardedTensor::zeros(mesh, Spec(), {}, DType::i32, "count"), {}});
   return state;
 }
 
-std::int64_t state_bytes(const CheckpointState& state) {
+std::vector<const ShardedTensor*> arrays_of(const nn::TrainState& state) {
+  std::vector<const ShardedTensor*> out;
+  for (const nn::ParamTree* tree : {&state.params, &state.opt_state.mu, &state.opt_state.nu}) {
+    for (const auto& [path, value] : *tree) out.push_back(&value);
+  }
+  return out;
+}
+
+// Global bytes of the state's arrays, and this rank's bytes of them.
+std::int64_t state_bytes(const nn::TrainState& state) {
   std::int64_t bytes = 0;
-  for (const auto& a : state.arrays) bytes += numel(a.value.global_shape()) * dtype_size(a.value.dtype());
+  for (const ShardedTensor* a : arrays_of(state)) bytes += numel(a->global_shape()) * dtype_size(a->dtype());
   return bytes;
+}
+std::int64_t local_bytes(const nn::TrainState& state) {
+  std::int64_t bytes = 0;
+  for (const ShardedTensor* a : arrays_of(state)) bytes += a->local().nbytes();
+  return bytes;
+}
+
+// A /proc/self/status field in kB (VmRSS: resident now, VmHWM: the peak since the last reset).
+std::int64_t status_kib(const char* field) {
+  FILE* in = std::fopen("/proc/self/status", "r");
+  if (in == nullptr) return -1;
+  char line[256];
+  std::int64_t value = -1;
+  const std::size_t n = std::strlen(field);
+  while (std::fgets(line, sizeof line, in) != nullptr) {
+    if (std::strncmp(line, field, n) == 0 && line[n] == ':') value = std::atoll(line + n + 1);
+  }
+  std::fclose(in);
+  return value;
+}
+
+// Resident bytes that `work` adds at its peak above what the process held just before it
+// (Linux: writing 5 to /proc/self/clear_refs resets the peak, VmHWM). -1 where unsupported.
+template <class Work>
+std::int64_t peak_extra_bytes(Work&& work) {
+  bool reset = false;
+  if (FILE* clear = std::fopen("/proc/self/clear_refs", "w")) {
+    reset = std::fputs("5", clear) >= 0;
+    reset = (std::fclose(clear) == 0) && reset;
+  }
+  const std::int64_t before = status_kib("VmRSS");
+  work();
+  const std::int64_t peak = status_kib("VmHWM");
+  if (!reset || before < 0 || peak < 0) return -1;
+  return std::max<std::int64_t>(0, peak - before) * 1024;
 }
 
 struct PlainFigures {
@@ -117,9 +171,10 @@ PlainFigures plain_write_read(const std::string& path, std::int64_t bytes) {
 void bench_state(const Mesh& mesh, const std::string& name, int layers, std::int64_t depth, const std::string& dir,
                  int repeats) {
   const int rank = mesh.rank();
-  CheckpointState state = mlp_state(mesh, layers, depth, true);
-  const CheckpointState target = mlp_state(mesh, layers, depth, false);
+  nn::TrainState state = mlp_state(mesh, layers, depth, true);
+  nn::TrainState target = mlp_state(mesh, layers, depth, false);
   const std::int64_t bytes = state_bytes(state);
+  const std::int64_t rank_bytes = local_bytes(state);
   // Rank-0-only failures are agreed on, so no rank waits in a barrier for a rank that threw.
   std::optional<std::string> error;
   if (rank == 0) {
@@ -131,21 +186,35 @@ void bench_state(const Mesh& mesh, const std::string& name, int layers, std::int
     }
   }
   agree_or_throw<IoError>(mesh.comm(), error);
+  const TrainCheckpointMeta meta{0, "{\"layers\": " + std::to_string(layers) + ", \"depth\": " + std::to_string(depth) + "}", {}};
   std::vector<double> save_s, restore_s, write_s, read_s;
+  // The most a save (a restore into the allocated target) adds to a rank's resident memory, over
+  // that rank's bytes of the state: the largest rank's, over all repeats.
+  double save_extra = 0, restore_extra = 0;
+  bool rss_known = true;
   for (int r = 0; r < repeats; ++r) {
     MPI_Barrier(MPI_COMM_WORLD);
     auto start = Clock::now();
-    const std::string file = save_checkpoint(state, dir, SaveOptions{.keep = 1});
+    std::string file;
+    std::int64_t extra = peak_extra_bytes([&] { file = save_train_state(state, dir, meta, SaveOptions{.keep = 1}); });
     MPI_Barrier(MPI_COMM_WORLD);
     save_s.push_back(seconds_since(start));
+    rss_known = rss_known && extra >= 0;
+    save_extra = std::max(save_extra, static_cast<double>(extra) / static_cast<double>(rank_bytes));
     if (rank == 0) drop_page_cache(file);
     MPI_Barrier(MPI_COMM_WORLD);
     start = Clock::now();
-    CheckpointState restored = restore_checkpoint(file, target);
+    extra = peak_extra_bytes([&] { restore_train_state_into(file, target); });
     MPI_Barrier(MPI_COMM_WORLD);
     restore_s.push_back(seconds_since(start));
-    if (!restored.arrays.front().value.local().bit_equal(state.arrays.front().value.local())) {
-      throw IoError("bench_checkpoint: restored values differ");
+    rss_known = rss_known && extra >= 0;
+    restore_extra = std::max(restore_extra, static_cast<double>(extra) / static_cast<double>(rank_bytes));
+    const auto saved = arrays_of(state), restored = arrays_of(target);
+    for (std::size_t i = 0; i < saved.size(); ++i) {
+      if (!restored[i]->local().bit_equal(saved[i]->local())) throw IoError("bench_checkpoint: restored values differ");
+    }
+    if (target.step != state.step || target.opt_state.count != state.opt_state.count) {
+      throw IoError("bench_checkpoint: restored step or count differs");
     }
     if (rank == 0) {
       try {
@@ -159,6 +228,10 @@ void bench_state(const Mesh& mesh, const std::string& name, int layers, std::int
     agree_or_throw<IoError>(mesh.comm(), error);
     state.step += 1;
   }
+  double extras[2] = {save_extra, restore_extra};
+  MPI_Allreduce(MPI_IN_PLACE, extras, 2, MPI_DOUBLE, MPI_MAX, mesh.comm().handle());
+  int known = rss_known ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &known, 1, MPI_INT, MPI_MIN, mesh.comm().handle());
   if (rank == 0) {
     std::filesystem::remove_all(dir);
     const double gb = static_cast<double>(bytes) / 1e9;
@@ -167,13 +240,19 @@ void bench_state(const Mesh& mesh, const std::string& name, int layers, std::int
     out.precision(4);
     out << "{\"bench\": \"checkpoint\", \"state\": \"" << name << "\", \"ranks\": " << mesh.size() << ", \"mesh\": \""
         << mesh.shape().to_string() << "\", \"layers\": " << layers << ", \"depth\": " << depth
-        << ", \"arrays\": " << state.arrays.size() << ", \"bytes\": " << bytes << ", \"repeats\": " << repeats
+        << ", \"arrays\": " << arrays_of(state).size() + 1 << ", \"bytes\": " << bytes
+        << ", \"bytes_per_rank\": " << rank_bytes << ", \"repeats\": " << repeats
         << ", \"save_s\": " << save << ", \"save_GBps\": " << gb / save << ", \"restore_s\": " << restore
         << ", \"restore_GBps\": " << gb / restore << ", \"plain_write_s\": " << write
         << ", \"plain_write_GBps\": " << gb / write << ", \"plain_read_s\": " << read
         << ", \"plain_read_GBps\": " << gb / read << ", \"save_vs_plain_write\": " << write / save
-        << ", \"restore_vs_plain_read\": " << read / restore
-        << ", \"page_cache\": \"dropped per file (fsync + posix_fadvise DONTNEED) before each read\"}";
+        << ", \"restore_vs_plain_read\": " << read / restore;
+    if (known == 1) {
+      out << ", \"save_extra_rss_over_state\": " << extras[0] << ", \"restore_extra_rss_over_state\": " << extras[1];
+    } else {
+      out << ", \"save_extra_rss_over_state\": null, \"restore_extra_rss_over_state\": null";
+    }
+    out        << ", \"page_cache\": \"dropped per file (fsync + posix_fadvise DONTNEED) before each read\"}";
     std::cout << out.str() << std::endl;
   }
 }

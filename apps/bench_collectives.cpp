@@ -20,7 +20,6 @@
 #include <vector>
 
 #include "collectives/collectives.h"
-#include "collectives/layout.h"
 #include "core/error.h"
 #include "mesh/environment.h"
 #include "mesh/mesh.h"
@@ -78,7 +77,7 @@ Timing time_pairs(const Communicator& comm, int warmup, int iters, const std::fu
 }
 
 struct Case {
-  std::string op;
+  CommOp op;
   double bus_factor;
   std::int64_t input_bytes;  // per rank
 };
@@ -114,19 +113,28 @@ int main(int argc, char** argv) {
     }
     if (iters < 1) throw UsageError("--iters must be >= 1, got " + std::to_string(iters));
     if (warmup < 0) throw UsageError("--warmup must be >= 0, got " + std::to_string(warmup));
-    detail::set_pack_method(pack == "memcpy" ? detail::PackMethod::memcpy : detail::PackMethod::datatype);
+    std::vector<CommOp> kinds;
+    for (const auto& name : ops) {
+      const auto op = comm_op_from_string(name);
+      if (!op || (*op != CommOp::all_gather && *op != CommOp::reduce_scatter && *op != CommOp::all_to_all &&
+                  *op != CommOp::all_reduce)) {
+        throw UsageError("--ops: unknown collective '" + name +
+                         "' (all_gather, reduce_scatter, all_to_all, all_reduce)");
+      }
+      kinds.push_back(*op);
+    }
+    set_pack_method(pack == "memcpy" ? PackMethod::memcpy : PackMethod::datatype);
     Mesh mesh = Mesh::world(MeshShape({"x"}, {world}));
     const Axes axes = {"x"};
     const Communicator& comm = mesh.axes_comm(axes);
     const int n = comm.size();
     const MPI_Comm c = comm.handle();
     for (std::int64_t size = min_bytes; size <= max_bytes; size *= 4) {
-      for (const auto& op : ops) {
+      for (const CommOp op : kinds) {
         Case k{op, 0, size};
-        if (op == "all_gather") k = {op, (n - 1.0) / n, size / n};
-        else if (op == "reduce_scatter" || op == "all_to_all") k = {op, (n - 1.0) / n, size};
-        else if (op == "all_reduce") k = {op, 2.0 * (n - 1) / n, size};
-        else throw UsageError("unknown op '" + op + "'");
+        if (op == CommOp::all_gather) k = {op, (n - 1.0) / n, size / n};
+        else if (op == CommOp::reduce_scatter || op == CommOp::all_to_all) k = {op, (n - 1.0) / n, size};
+        else k = {op, 2.0 * (n - 1) / n, size};  // all_reduce
         const std::int64_t elems = k.input_bytes / 4;
         if (elems < 64 * n || elems % (64 * n) != 0) continue;  // too small to split into [64][n][...]
         for (const auto& layout : layouts) {
@@ -135,16 +143,16 @@ int main(int argc, char** argv) {
           const Shape shape = outer ? Shape{elems} : Shape{64, elems / 64};
           const int dim = outer ? 0 : 1;
           Tensor in = Tensor::full(shape, 1.0 + world_rank);
-          std::vector<std::byte> raw_out(static_cast<std::size_t>(op == "all_gather" ? size : size));
+          std::vector<std::byte> raw_out(static_cast<std::size_t>(size));
           const int count = static_cast<int>(elems);
           std::function<void()> mine, raw;
-          if (op == "all_gather") {
+          if (op == CommOp::all_gather) {
             mine = [&] { all_gather(mesh, in, axes, dim); };
             raw = [&] { MPI_Allgather(in.raw(), count, MPI_FLOAT, raw_out.data(), count, MPI_FLOAT, c); };
-          } else if (op == "reduce_scatter") {
+          } else if (op == CommOp::reduce_scatter) {
             mine = [&] { reduce_scatter(mesh, in, axes, dim); };
             raw = [&] { MPI_Reduce_scatter_block(in.raw(), raw_out.data(), count / n, MPI_FLOAT, MPI_SUM, c); };
-          } else if (op == "all_to_all") {
+          } else if (op == CommOp::all_to_all) {
             // Split dim 0 or 1 into n pieces, concatenate along the same dimension.
             mine = [&] { all_to_all(mesh, in, axes, dim, dim); };
             raw = [&] { MPI_Alltoall(in.raw(), count / n, MPI_FLOAT, raw_out.data(), count / n, MPI_FLOAT, c); };
@@ -159,7 +167,7 @@ int main(int argc, char** argv) {
                 "{\"op\": \"%s\", \"layout\": \"%s\", \"ranks\": %d, \"bytes\": %lld, \"dim\": %d, \"shape\": \"%s\", "
                 "\"pack\": \"%s\", \"tessera_us\": %.1f, \"raw_us\": %.1f, \"tessera_busbw_GBps\": %.3f, "
                 "\"raw_busbw_GBps\": %.3f, \"ratio\": %.3f}\n",
-                op.c_str(), layout.c_str(), n, static_cast<long long>(size), dim, shape_to_string(shape).c_str(),
+                std::string(to_string(op)).c_str(), layout.c_str(), n, static_cast<long long>(size), dim, shape_to_string(shape).c_str(),
                 outer ? "none" : pack.c_str(), t.mine_s * 1e6, t.raw_s * 1e6, bus_mine, bus_raw, t.ratio);
             std::fflush(stdout);
           }

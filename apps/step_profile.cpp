@@ -11,7 +11,7 @@ namespace tessera::apps {
 std::string bytes_key(const CommRecord& record) {
   std::string axes;
   for (std::size_t i = 0; i < record.axes.size(); ++i) axes += (i ? "+" : "") + record.axes[i];
-  return record.op + "/" + (axes.empty() ? "-" : axes);
+  return std::string(to_string(record.op)) + "/" + (axes.empty() ? "-" : axes);
 }
 
 StepProfile profile_step(MPI_Comm comm, const StepMeasure& m, const std::vector<CommRecord>& records) {

@@ -190,7 +190,7 @@ int run(const Options& o, int world_rank) {
   const nn::Optimizer optimizer = nn::adam(o.lr);
   nn::TrainState state = nn::create_train_state(nn::init_params(infos, mesh, o.seed), optimizer);
   if (resume_file) {
-    state = restore_train_state(*resume_file, state);
+    restore_train_state_into(*resume_file, state);
     if (root) std::cout << "resumed from " << *resume_file << " at step " << state.step << "\n\n";
   }
   const std::string pictures = first_picture(state.params, "Dense_0/kernel") + first_picture(state.params, "W2");

@@ -1,6 +1,6 @@
 # Warnings and CPU flags for tessera's own targets only (never for dependencies).
 function(tessera_target_options target)
-  target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wno-unused-parameter)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wno-unused-parameter -Werror=switch)
   if(TESSERA_NATIVE)
     target_compile_options(${target} PRIVATE -march=native)
   endif()

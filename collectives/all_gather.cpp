@@ -21,7 +21,7 @@ Tensor all_gather(const Mesh& mesh, const Tensor& local, const Axes& axes, int d
   out_shape[dim] *= n;
   const BlockLayout layout = detail::block_layout(out_shape, local.dtype(), dim, n, "all_gather");
   const std::int64_t bytes = static_cast<std::int64_t>(local.nbytes());
-  CommStats::global().record({"all_gather", axes, dim, (n - 1) * bytes});
+  CommStats::global().record({CommOp::all_gather, axes, dim, send_bytes(CommOp::all_gather, n, bytes)});
   if (n == 1) return local;
   Tensor out = Tensor::empty(out_shape, local.dtype());
   if (bytes == 0) return out;
@@ -30,7 +30,7 @@ Tensor all_gather(const Mesh& mesh, const Tensor& local, const Axes& axes, int d
     check_mpi(MPI_Allgather(local.raw(), send.count, send.type.get(), out.raw(), send.count, send.type.get(),
                             comm.handle()),
               "MPI_Allgather (all_gather)");
-  } else if (detail::pack_method() == detail::PackMethod::datatype) {
+  } else if (pack_method() == PackMethod::datatype) {
     detail::MpiType block = detail::strided_block_type(layout, "all_gather");
     check_mpi(MPI_Allgather(local.raw(), send.count, send.type.get(), out.raw(), 1, block.get(), comm.handle()),
               "MPI_Allgather (all_gather)");
@@ -42,16 +42,6 @@ Tensor all_gather(const Mesh& mesh, const Tensor& local, const Axes& axes, int d
     detail::unpack_blocks(packed.raw(), out.raw(), layout);
   }
   return out;
-}
-
-int axes_size(const Mesh& mesh, const Axes& axes) {
-  for (std::size_t i = 0; i < axes.size(); ++i) {
-    mesh.shape().axis_index(axes[i]);
-    for (std::size_t j = 0; j < i; ++j) {
-      if (axes[i] == axes[j]) throw SpecError("mesh axes: axis '" + axes[i] + "' appears twice");
-    }
-  }
-  return mesh.shape().axes_size(axes);
 }
 
 }  // namespace tessera

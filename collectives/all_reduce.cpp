@@ -23,15 +23,14 @@ void reduce_chunks(const void* send, void* recv, const Tensor& shape_of, const C
   }
 }
 
-std::int64_t all_reduce_bytes(int n, std::int64_t bytes) { return 2 * (n - 1) * bytes / n; }
-
 }  // namespace
 
 Tensor all_reduce(const Mesh& mesh, const Tensor& local, const Axes& axes, ReduceOp op) {
   const CommTimer timer;  // this rank's time inside collectives (CommStats::seconds)
   const Communicator& comm = mesh.axes_comm(axes);
   const int n = comm.size();
-  CommStats::global().record({"all_reduce", axes, -1, all_reduce_bytes(n, static_cast<std::int64_t>(local.nbytes()))});
+  CommStats::global().record(
+      {CommOp::all_reduce, axes, -1, send_bytes(CommOp::all_reduce, n, static_cast<std::int64_t>(local.nbytes()))});
   if (n == 1) return local;
   Tensor out = Tensor::empty(local.shape(), local.dtype());
   reduce_chunks(local.raw(), out.raw(), local, comm, op);
@@ -42,7 +41,8 @@ Tensor all_reduce(const Mesh& mesh, Tensor&& local, const Axes& axes, ReduceOp o
   const CommTimer timer;  // this rank's time inside collectives (CommStats::seconds)
   const Communicator& comm = mesh.axes_comm(axes);
   const int n = comm.size();
-  CommStats::global().record({"all_reduce", axes, -1, all_reduce_bytes(n, static_cast<std::int64_t>(local.nbytes()))});
+  CommStats::global().record(
+      {CommOp::all_reduce, axes, -1, send_bytes(CommOp::all_reduce, n, static_cast<std::int64_t>(local.nbytes()))});
   Tensor out = std::move(local);
   if (n > 1) reduce_chunks(MPI_IN_PLACE, out.raw(), out, comm, op);
   return out;

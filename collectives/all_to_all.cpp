@@ -16,7 +16,7 @@ Tensor all_to_all(const Mesh& mesh, const Tensor& local, const Axes& axes, int s
       detail::block_layout(local.shape(), local.dtype(), split_dim, n, "all_to_all (split dimension)");
   detail::block_layout(local.shape(), local.dtype(), concat_dim, 1, "all_to_all (concat dimension)");
   const std::int64_t bytes = static_cast<std::int64_t>(local.nbytes());
-  CommStats::global().record({"all_to_all", axes, split_dim, (n - 1) * (bytes / n)});
+  CommStats::global().record({CommOp::all_to_all, axes, split_dim, send_bytes(CommOp::all_to_all, n, bytes)});
   if (n == 1) return local;
   Shape out_shape = local.shape();
   out_shape[split_dim] /= n;
@@ -24,7 +24,7 @@ Tensor all_to_all(const Mesh& mesh, const Tensor& local, const Axes& axes, int s
   const detail::BlockLayout recv_layout = detail::block_layout(out_shape, local.dtype(), concat_dim, n, "all_to_all");
   Tensor out = Tensor::empty(out_shape, local.dtype());
   if (bytes == 0) return out;
-  const bool use_datatype = detail::pack_method() == detail::PackMethod::datatype;
+  const bool use_datatype = pack_method() == PackMethod::datatype;
   detail::Message piece = detail::contiguous_message(bytes / n, "all_to_all");
 
   // Send side: (buffer, count, type).

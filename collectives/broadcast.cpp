@@ -12,14 +12,14 @@ namespace tessera {
 
 Tensor broadcast(const Mesh& mesh, const Tensor& local, const Axes& axes, int root) {
   const CommTimer timer;  // this rank's time inside collectives (CommStats::seconds)
-  const int n = axes_size(mesh, axes);
+  const int n = mesh.shape().axes_size(axes);
   if (root < 0 || root >= n) {
     throw SpecError("broadcast: root " + std::to_string(root) + " is not a position of axes_comm over " +
                     std::to_string(axes.size()) + " axes of size " + std::to_string(n));
   }
   const Communicator& comm = mesh.axes_comm(axes);
   const std::int64_t bytes = static_cast<std::int64_t>(local.nbytes());
-  CommStats::global().record({"broadcast", axes, -1, n > 1 ? bytes : 0});
+  CommStats::global().record({CommOp::broadcast, axes, -1, send_bytes(CommOp::broadcast, n, bytes)});
   if (n == 1) return local;
   detail::Message message = detail::contiguous_message(bytes, "broadcast");
   if (comm.rank() == root) {

@@ -42,13 +42,17 @@ Tensor all_reduce(const Mesh& mesh, Tensor&& local, const Axes& axes, ReduceOp o
 // Every rank gets the block of the rank at position `root` of axes_comm(axes).
 Tensor broadcast(const Mesh& mesh, const Tensor& local, const Axes& axes, int root);
 
+// How the collectives move blocks of an inner dimension (not consecutive in memory): through a
+// strided MPI datatype (the default) or by memcpy packing into a block-major buffer. The
+// environment variable TESSERA_PACK=memcpy|datatype sets the initial value; bench_collectives
+// --pack compares the two.
+enum class PackMethod { memcpy, datatype };
+PackMethod pack_method();
+void set_pack_method(PackMethod method);
+
 // perm: pairs (source position, destination position) within axes_comm(axes), like
 // jax.lax.ppermute: each position is a source at most once and a destination at most once; a
 // rank that is no pair's destination gets zeros.
 Tensor permute(const Mesh& mesh, const Tensor& local, const Axes& axes, const std::vector<std::pair<int, int>>& perm);
-
-// The number of ranks of axes_comm(axes) (product of the axes' sizes); SpecError for an unknown
-// or repeated axis.
-int axes_size(const Mesh& mesh, const Axes& axes);
 
 }  // namespace tessera

@@ -4,7 +4,7 @@
 namespace tessera {
 
 std::string to_string(const CommRecord& record) {
-  std::string out = record.op + " over (";
+  std::string out = std::string(to_string(record.op)) + " over (";
   for (std::size_t i = 0; i < record.axes.size(); ++i) out += (i ? ", " : "") + record.axes[i];
   out += ")";
   if (record.dim >= 0) out += " dim " + std::to_string(record.dim);
@@ -60,7 +60,7 @@ std::int64_t CommScope::total_bytes() const {
   return total;
 }
 
-int CommScope::count(const std::string& op) const {
+int CommScope::count(CommOp op) const {
   int n = 0;
   for (const auto& r : records()) n += r.op == op;
   return n;

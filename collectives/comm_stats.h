@@ -1,9 +1,10 @@
 // Byte counters of the collectives: every collective this rank calls appends one record of what
 // this rank sends, so tests and benchmarks can read the communication of any piece of code.
 //
-// Byte convention: the bytes this rank sends under the bandwidth-optimal algorithm of the
-// collective, with n = the product of the sizes of the collective's axes and B = the bytes of
-// this rank's input block (the same figures nccl-tests uses for its bus bandwidth):
+// Byte convention (computed in one place, send_bytes in collectives/comm_op.h): the bytes this
+// rank sends under the bandwidth-optimal algorithm of the collective, with n = the product of
+// the sizes of the collective's axes and B = the bytes of this rank's input block (the same
+// figures nccl-tests uses for its bus bandwidth):
 //   all_gather      (n - 1) * B
 //   reduce_scatter  (n - 1) * B / n
 //   all_to_all      (n - 1) * B / n
@@ -22,13 +23,13 @@
 #include <string>
 #include <vector>
 
+#include "collectives/comm_op.h"
 #include "core/spec.h"
 
 namespace tessera {
 
 struct CommRecord {
-  std::string op;     // "all_gather", "reduce_scatter", "all_to_all", "all_reduce", "broadcast",
-                      // "permute", "redistribute"
+  CommOp op = CommOp::all_gather;  // a collective (communicates(op))
   Axes axes;          // the mesh axes of the collective's communicator, in block order
   int dim = -1;       // the tensor dimension (all_gather, reduce_scatter: the dimension;
                       // all_to_all: the split dimension); -1 when none
@@ -90,7 +91,7 @@ class CommScope {
   std::vector<CommRecord> records() const;
   std::int64_t total_bytes() const;
   // The number of records whose op is `op`.
-  int count(const std::string& op) const;
+  int count(CommOp op) const;
 
  private:
   std::size_t begin_ = 0;

@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "collectives/collectives.h"
 #include "core/error.h"
 #include "mesh/mpi_check.h"
 
@@ -132,6 +133,10 @@ MpiType strided_block_type(const BlockLayout& layout, std::string_view what) {
   return commit(resized);
 }
 
+}  // namespace tessera::detail
+
+namespace tessera {
+
 namespace {
 
 PackMethod initial_pack_method() {
@@ -150,4 +155,4 @@ PackMethod& current_pack_method() {
 PackMethod pack_method() { return current_pack_method(); }
 void set_pack_method(PackMethod method) { current_pack_method() = method; }
 
-}  // namespace tessera::detail
+}  // namespace tessera

@@ -1,7 +1,8 @@
 // How a local tensor splits into n equal blocks along one dimension, and the two ways the
 // collectives move such blocks when they are not consecutive in memory: memcpy packing into
 // (or out of) a block-major buffer, or an MPI derived datatype that lets MPI read and write the
-// strided runs itself. Internal to the collectives layer.
+// strided runs itself (which one: PackMethod in collectives/collectives.h). Internal to the
+// collectives layer.
 #pragma once
 
 #include <mpi.h>
@@ -67,10 +68,5 @@ MpiType strided_block_type(const BlockLayout& layout, std::string_view what);
 
 // An element count as MPI's int; throws MpiError naming `what` instead of overflowing.
 int checked_count(std::int64_t count, std::string_view what);
-
-// How inner-dimension blocks are moved: TESSERA_PACK=memcpy or datatype (default: datatype).
-enum class PackMethod { memcpy, datatype };
-PackMethod pack_method();
-void set_pack_method(PackMethod method);
 
 }  // namespace tessera::detail

@@ -13,7 +13,7 @@ namespace tessera {
 
 Tensor permute(const Mesh& mesh, const Tensor& local, const Axes& axes, const std::vector<std::pair<int, int>>& perm) {
   const CommTimer timer;  // this rank's time inside collectives (CommStats::seconds)
-  const int n = axes_size(mesh, axes);
+  const int n = mesh.shape().axes_size(axes);
   std::vector<int> dest_of(n, -1), source_of(n, -1);
   for (const auto& [from, to] : perm) {
     if (from < 0 || from >= n || to < 0 || to >= n) {
@@ -30,7 +30,7 @@ Tensor permute(const Mesh& mesh, const Tensor& local, const Axes& axes, const st
   const int dest = dest_of[me];
   const int source = source_of[me];
   const std::int64_t bytes = static_cast<std::int64_t>(local.nbytes());
-  CommStats::global().record({"permute", axes, -1, dest >= 0 && dest != me ? bytes : 0});
+  CommStats::global().record({CommOp::permute, axes, -1, send_bytes(CommOp::permute, n, dest >= 0 && dest != me ? bytes : 0)});
   if (source == me) return local;
   Tensor out(local.shape(), local.dtype());  // zeros where no one sends to this rank
   if (bytes == 0 || (dest < 0 && source < 0)) return out;

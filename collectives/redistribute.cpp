@@ -1,4 +1,4 @@
-// General relayout between two specs with the same partial axes: box intersections of blocks,
+// The general redistribution between two specs with the same partial axes: box intersections of blocks,
 // one MPI_Alltoallv of the boxes.
 #include "collectives/redistribute.h"
 
@@ -11,9 +11,9 @@
 
 namespace tessera::detail {
 
-std::int64_t Piece::numel() const { return tessera::numel(shape); }
+std::int64_t Box::numel() const { return tessera::numel(shape); }
 
-Axes relayout_axes(const MeshShape& mesh, const Spec& from, const Spec& to) {
+Axes redistribute_axes(const MeshShape& mesh, const Spec& from, const Spec& to) {
   Axes out;
   for (const auto& axis : mesh.names()) {
     if (from.dim_of(axis) >= 0 || to.dim_of(axis) >= 0) out.push_back(axis);
@@ -47,11 +47,11 @@ std::vector<std::int64_t> minus(const std::vector<std::int64_t>& a, const std::v
 
 }  // namespace
 
-RelayoutPieces relayout_pieces(const MeshShape& mesh, const Spec& from, const Spec& to, const Shape& global,
+RedistributeBoxes redistribute_boxes(const MeshShape& mesh, const Spec& from, const Spec& to, const Shape& global,
                                const std::vector<int>& coords) {
-  const Axes axes = relayout_axes(mesh, from, to);
+  const Axes axes = redistribute_axes(mesh, from, to);
   std::vector<int> axis_index;
-  std::vector<int> from_replicated;  // mesh indices of relayout axes that `from` does not split
+  std::vector<int> from_replicated;  // mesh indices of redistribute axes that `from` does not split
   for (const auto& a : axes) {
     axis_index.push_back(mesh.axis_index(a));
     if (from.dim_of(a) < 0) from_replicated.push_back(mesh.axis_index(a));
@@ -61,7 +61,7 @@ RelayoutPieces relayout_pieces(const MeshShape& mesh, const Spec& from, const Sp
   const Shape to_shape = local_shape(to, mesh, global);
   const auto my_from = block_offsets(from, mesh, global, coords);
   const auto my_to = block_offsets(to, mesh, global, coords);
-  RelayoutPieces out;
+  RedistributeBoxes out;
   std::vector<int> peer = coords;
   std::vector<std::int64_t> lo;
   Shape extent;
@@ -71,7 +71,7 @@ RelayoutPieces relayout_pieces(const MeshShape& mesh, const Spec& from, const Sp
       peer[axis_index[i]] = rest % size;
       rest /= size;
     }
-    // The holder of a piece agrees with its receiver on the axes `from` replicates; the
+    // The holder of a box agrees with its receiver on the axes `from` replicates; the
     // condition is symmetric, so it decides both directions.
     bool holder = true;
     for (int a : from_replicated) holder = holder && peer[a] == coords[a];
@@ -88,9 +88,9 @@ RelayoutPieces relayout_pieces(const MeshShape& mesh, const Spec& from, const Sp
   return out;
 }
 
-std::vector<std::vector<std::int64_t>> relayout_matrix(const MeshShape& mesh, const Spec& from, const Spec& to,
+std::vector<std::vector<std::int64_t>> redistribute_matrix(const MeshShape& mesh, const Spec& from, const Spec& to,
                                                        const Shape& global) {
-  const Axes axes = relayout_axes(mesh, from, to);
+  const Axes axes = redistribute_axes(mesh, from, to);
   const int group = mesh.axes_size(axes);
   const Shape from_shape = local_shape(from, mesh, global);
   const Shape to_shape = local_shape(to, mesh, global);
@@ -122,12 +122,12 @@ std::vector<std::vector<std::int64_t>> relayout_matrix(const MeshShape& mesh, co
   return out;
 }
 
-bool relayout_is_permutation(const MeshShape& mesh, const Spec& from, const Spec& to, const Shape& global,
+bool redistribute_is_permutation(const MeshShape& mesh, const Spec& from, const Spec& to, const Shape& global,
                              std::vector<std::pair<int, int>>* pairs) {
   const Shape from_shape = local_shape(from, mesh, global);
   if (from_shape != local_shape(to, mesh, global)) return false;
   const std::int64_t whole = numel(from_shape);
-  const auto matrix = relayout_matrix(mesh, from, to, global);
+  const auto matrix = redistribute_matrix(mesh, from, to, global);
   const int group = static_cast<int>(matrix.size());
   pairs->clear();
   std::vector<int> sources(group, 0);
@@ -145,13 +145,13 @@ bool relayout_is_permutation(const MeshShape& mesh, const Spec& from, const Spec
   return std::all_of(sources.begin(), sources.end(), [](int n) { return n == 1; });
 }
 
-Tensor relayout(const Mesh& mesh, const Spec& from, const Spec& to, const Shape& global, const Tensor& local) {
+Tensor redistribute(const Mesh& mesh, const Spec& from, const Spec& to, const Shape& global, const Tensor& local) {
   const CommTimer timer;  // this rank's time inside collectives (CommStats::seconds)
-  const Axes axes = relayout_axes(mesh.shape(), from, to);
+  const Axes axes = redistribute_axes(mesh.shape(), from, to);
   const Communicator& comm = mesh.axes_comm(axes);
   const int group = comm.size();
   const int me = comm.rank();
-  const auto pieces = relayout_pieces(mesh.shape(), from, to, global, mesh.coords());
+  const auto boxes = redistribute_boxes(mesh.shape(), from, to, global, mesh.coords());
   const std::int64_t elem = static_cast<std::int64_t>(dtype_size(local.dtype()));
   Tensor out = Tensor::empty(local_shape(to, mesh.shape(), global), local.dtype());
 
@@ -159,32 +159,32 @@ Tensor relayout(const Mesh& mesh, const Spec& from, const Spec& to, const Shape&
   // rank may send and receive up to 2^31 - 1 elements in all, not 2^31 - 1 bytes.
   std::vector<int> send_counts(group, 0), send_displs(group, 0), recv_counts(group, 0), recv_displs(group, 0);
   std::int64_t send_total = 0, recv_total = 0;  // elements
-  for (const auto& piece : pieces.sends) {
-    if (piece.peer == me) continue;
-    send_counts[piece.peer] = checked_count(piece.numel(), "reshard (redistribute)");
-    send_total += piece.numel();
+  for (const auto& box : boxes.sends) {
+    if (box.peer == me) continue;
+    send_counts[box.peer] = checked_count(box.numel(), "reshard (redistribute)");
+    send_total += box.numel();
   }
-  for (const auto& piece : pieces.receives) {
-    if (piece.peer == me) continue;
-    recv_counts[piece.peer] = checked_count(piece.numel(), "reshard (redistribute)");
-    recv_total += piece.numel();
+  for (const auto& box : boxes.receives) {
+    if (box.peer == me) continue;
+    recv_counts[box.peer] = checked_count(box.numel(), "reshard (redistribute)");
+    recv_total += box.numel();
   }
   checked_count(std::max(send_total, recv_total), "reshard (redistribute)");
   for (int p = 1; p < group; ++p) {
     send_displs[p] = send_displs[p - 1] + send_counts[p - 1];
     recv_displs[p] = recv_displs[p - 1] + recv_counts[p - 1];
   }
-  CommStats::global().record({"redistribute", axes, -1, send_total * elem});
+  CommStats::global().record({CommOp::redistribute, axes, -1, send_bytes(CommOp::redistribute, group, send_total * elem)});
 
   Tensor send_buffer = scratch_buffer(send_total * elem);
   Tensor recv_buffer = scratch_buffer(recv_total * elem);
-  for (const auto& piece : pieces.sends) {
-    Tensor box = extract_block(local, piece.at_from, piece.shape);
-    if (piece.peer == me) {
-      // My own piece: the receive list has its place in my new block.
-      insert_block(out, box, piece.at_to);
+  for (const auto& box : boxes.sends) {
+    Tensor data = extract_block(local, box.at_from, box.shape);
+    if (box.peer == me) {
+      // My own box: the receive list has its place in my new block.
+      insert_block(out, data, box.at_to);
     } else {
-      std::memcpy(static_cast<std::byte*>(send_buffer.raw()) + send_displs[piece.peer] * elem, box.raw(), box.nbytes());
+      std::memcpy(static_cast<std::byte*>(send_buffer.raw()) + send_displs[box.peer] * elem, data.raw(), data.nbytes());
     }
   }
   const Message element = contiguous_message(elem, "reshard (redistribute)");
@@ -200,12 +200,12 @@ Tensor relayout(const Mesh& mesh, const Spec& from, const Spec& to, const Shape&
   check_mpi(MPI_Alltoallv(send_buffer.raw(), send_counts.data(), send_displs.data(), element_type, recv_buffer.raw(),
                           recv_counts.data(), recv_displs.data(), element_type, comm.handle()),
             "MPI_Alltoallv (reshard redistribute)");
-  for (const auto& piece : pieces.receives) {
-    if (piece.peer == me) continue;
-    Tensor box = Tensor::empty(piece.shape, local.dtype());
-    std::memcpy(box.raw(), static_cast<const std::byte*>(recv_buffer.raw()) + recv_displs[piece.peer] * elem,
-                box.nbytes());
-    insert_block(out, box, piece.at_to);
+  for (const auto& box : boxes.receives) {
+    if (box.peer == me) continue;
+    Tensor data = Tensor::empty(box.shape, local.dtype());
+    std::memcpy(data.raw(), static_cast<const std::byte*>(recv_buffer.raw()) + recv_displs[box.peer] * elem,
+                data.nbytes());
+    insert_block(out, data, box.at_to);
   }
   return out;
 }

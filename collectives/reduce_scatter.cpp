@@ -14,7 +14,7 @@ Tensor reduce_scatter(const Mesh& mesh, const Tensor& local, const Axes& axes, i
   const int n = comm.size();
   const detail::BlockLayout layout = detail::block_layout(local.shape(), local.dtype(), dim, n, "reduce_scatter");
   const std::int64_t bytes = static_cast<std::int64_t>(local.nbytes());
-  CommStats::global().record({"reduce_scatter", axes, dim, (n - 1) * (bytes / n)});
+  CommStats::global().record({CommOp::reduce_scatter, axes, dim, send_bytes(CommOp::reduce_scatter, n, bytes)});
   if (n == 1) return local;
   Shape out_shape = local.shape();
   out_shape[dim] /= n;

@@ -47,41 +47,51 @@ Tensor run_steps(const Mesh& mesh, const Shape& global, Spec cur, const std::vec
   for (const auto& step : steps) {
     const Tensor& x = current();
     Tensor next;
-    if (step.op == "slice") {
-      Shape shape = x.shape();
-      shape[step.dim] /= mesh.shape().axes_size(step.axes);
-      next = extract_block(x, offsets_along(mesh, rank, step.dim, step.axes, shape[step.dim]), shape);
-    } else if (step.op == "all_gather") {
-      next = all_gather(mesh, x, step.axes, step.dim);
-    } else if (step.op == "reduce_scatter") {
-      next = reduce_scatter(mesh, x, step.axes, step.dim);
-    } else if (step.op == "all_to_all") {
-      // The axes leave dimension `dim` (its blocks are concatenated) and split `dim_to`.
-      next = all_to_all(mesh, x, step.axes, step.dim_to, step.dim);
-    } else if (step.op == "all_reduce") {
-      next = owned ? all_reduce(mesh, std::move(local), step.axes) : all_reduce(mesh, x, step.axes);
-    } else if (step.op == "zero") {
-      if (holds_value_on(mesh, step.axes)) {
-        next = owned ? std::move(local) : x;
-      } else if (owned) {
-        next = std::move(local);
-        next.fill_zero();
-      } else {
-        next = Tensor(x.shape(), x.dtype());
+    switch (step.op) {
+      case CommOp::slice: {
+        Shape shape = x.shape();
+        shape[step.dim] /= mesh.shape().axes_size(step.axes);
+        next = extract_block(x, offsets_along(mesh, rank, step.dim, step.axes, shape[step.dim]), shape);
+        break;
       }
-    } else if (step.op == "pad") {
-      Shape shape = x.shape();
-      shape[step.dim] *= mesh.shape().axes_size(step.axes);
-      next = Tensor(shape, x.dtype());
-      insert_block(next, x, offsets_along(mesh, rank, step.dim, step.axes, x.shape()[step.dim]));
-    } else if (step.op == "permute") {
-      std::vector<std::pair<int, int>> pairs;
-      detail::relayout_is_permutation(mesh.shape(), cur, step.after, global, &pairs);
-      next = permute(mesh, x, step.axes, pairs);
-    } else if (step.op == "redistribute") {
-      next = detail::relayout(mesh, cur, step.after, global, x);
-    } else {
-      throw Error("reshard: unknown step '" + step.op + "'");
+      case CommOp::all_gather:
+        next = all_gather(mesh, x, step.axes, step.dim);
+        break;
+      case CommOp::reduce_scatter:
+        next = reduce_scatter(mesh, x, step.axes, step.dim);
+        break;
+      case CommOp::all_to_all:
+        // The axes leave dimension `dim` (its blocks are concatenated) and split `dim_to`.
+        next = all_to_all(mesh, x, step.axes, step.dim_to, step.dim);
+        break;
+      case CommOp::all_reduce:
+        next = owned ? all_reduce(mesh, std::move(local), step.axes) : all_reduce(mesh, x, step.axes);
+        break;
+      case CommOp::zero:
+        if (holds_value_on(mesh, step.axes)) {
+          next = owned ? std::move(local) : x;
+        } else if (owned) {
+          next = std::move(local);
+          next.fill_zero();
+        } else {
+          next = Tensor(x.shape(), x.dtype());
+        }
+        break;
+      case CommOp::pad: {
+        Shape shape = x.shape();
+        shape[step.dim] *= mesh.shape().axes_size(step.axes);
+        next = Tensor(shape, x.dtype());
+        insert_block(next, x, offsets_along(mesh, rank, step.dim, step.axes, x.shape()[step.dim]));
+        break;
+      }
+      case CommOp::permute:
+        next = permute(mesh, x, step.axes, step.pairs);
+        break;
+      case CommOp::redistribute:
+        next = detail::redistribute(mesh, cur, step.after, global, x);
+        break;
+      case CommOp::broadcast:
+        throw Error("reshard: a plan has no broadcast step");
     }
     local = std::move(next);
     owned = true;

@@ -18,8 +18,10 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "collectives/comm_op.h"
 #include "collectives/comm_stats.h"
 #include "core/dtype.h"
 #include "core/mesh_shape.h"
@@ -29,14 +31,15 @@
 namespace tessera {
 
 struct ReshardStep {
-  std::string op;  // all_gather, reduce_scatter, all_to_all, all_reduce, permute, redistribute,
-                   // slice, zero, pad
+  CommOp op = CommOp::slice;  // a local step or a collective (collectives/comm_op.h)
   Axes axes;       // mesh axes of the step, in block order
   int dim = -1;    // tensor dimension (all_to_all: the source dimension i)
   int dim_to = -1;  // all_to_all: the target dimension j
-  std::int64_t bytes_per_rank = 0;  // the most any rank sends in this step
+  std::int64_t bytes_per_rank = 0;  // the most any rank sends in this step (send_bytes)
   std::string note;
   Spec after;      // the spec once this step is done
+  // permute: the (source, destination) positions in axes_comm(axes), found when planning.
+  std::vector<std::pair<int, int>> pairs;
 
   // "all_to_all over (data) from dim 0 to dim 1: 96 bytes per rank"
   std::string to_string() const;

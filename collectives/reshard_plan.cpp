@@ -1,6 +1,6 @@
 // The reshard planner: per-axis steps of docs/design.md's table in the order that keeps blocks
 // smallest, a small search where the order of a dimension's axes leaves choices, and a general
-// relayout (permute / redistribute) where no sequence of named collectives reaches the target.
+// redistribute (permute / redistribute) where no sequence of named collectives reaches the target.
 #include <algorithm>
 #include <map>
 
@@ -51,14 +51,14 @@ std::int64_t block_bytes(const Problem& p, const Spec& s) {
 struct Plan {
   std::vector<ReshardStep> steps;
   std::int64_t bytes = 0;
-  int relayouts = 0;
+  int redistributions = 0;
 };
 
-// Fewer bytes; then fewer general relayouts (the named collectives are what users expect and
+// Fewer bytes; then fewer general redistributions (the named collectives are what users expect and
 // what MPI tunes); then fewer steps.
 bool better(const Plan& a, const Plan& b) {
   if (a.bytes != b.bytes) return a.bytes < b.bytes;
-  if (a.relayouts != b.relayouts) return a.relayouts < b.relayouts;
+  if (a.redistributions != b.redistributions) return a.redistributions < b.redistributions;
   return a.steps.size() < b.steps.size();
 }
 
@@ -71,52 +71,55 @@ class Builder {
 
   void slice(int j, const Axes& axes) {
     append(cur_.dims[j], axes);
-    push("slice", axes, j, -1, 0);
+    push(CommOp::slice, axes, j, -1, 0);
   }
   void reduce_scatter(int j, const Axes& axes) {
-    const std::int64_t n = p_.mesh.axes_size(axes), b = block_bytes(p_, cur_);
+    const std::int64_t b = block_bytes(p_, cur_);
     remove_partial(axes);
     append(cur_.dims[j], axes);
-    push("reduce_scatter", axes, j, -1, (n - 1) * (b / n));
+    push(CommOp::reduce_scatter, axes, j, -1, b);
   }
   void all_to_all(int i, int j, const Axes& axes) {
-    const std::int64_t n = p_.mesh.axes_size(axes), b = block_bytes(p_, cur_);
+    const std::int64_t b = block_bytes(p_, cur_);
     cur_.dims[i].resize(cur_.dims[i].size() - axes.size());
     append(cur_.dims[j], axes);
-    push("all_to_all", axes, i, j, (n - 1) * (b / n));
+    push(CommOp::all_to_all, axes, i, j, b);
   }
   void all_reduce(const Axes& axes) {
-    const std::int64_t n = p_.mesh.axes_size(axes), b = block_bytes(p_, cur_);
+    const std::int64_t b = block_bytes(p_, cur_);
     remove_partial(axes);
-    push("all_reduce", axes, -1, -1, 2 * (n - 1) * b / n);
+    push(CommOp::all_reduce, axes, -1, -1, b);
   }
   void all_gather(int i, const Axes& axes) {
-    const std::int64_t n = p_.mesh.axes_size(axes), b = block_bytes(p_, cur_);
+    const std::int64_t b = block_bytes(p_, cur_);
     cur_.dims[i].resize(cur_.dims[i].size() - axes.size());
-    push("all_gather", axes, i, -1, (n - 1) * b);
+    push(CommOp::all_gather, axes, i, -1, b);
   }
   void pad(int i, const Axes& axes) {
     cur_.dims[i].resize(cur_.dims[i].size() - axes.size());
     append(cur_.partial, axes);
-    push("pad", axes, i, -1, 0);
+    push(CommOp::pad, axes, i, -1, 0);
   }
   void zero(const Axes& axes) {
     append(cur_.partial, axes);
-    push("zero", axes, -1, -1, 0);
+    push(CommOp::zero, axes, -1, -1, 0);
   }
-  void relayout(const Spec& to) {
-    const Axes axes = detail::relayout_axes(p_.mesh, cur_, to);
+  void redistribute(const Spec& to) {
+    const Axes axes = detail::redistribute_axes(p_.mesh, cur_, to);
     std::int64_t most = 0;
-    const auto matrix = detail::relayout_matrix(p_.mesh, cur_, to, p_.global);
+    const auto matrix = detail::redistribute_matrix(p_.mesh, cur_, to, p_.global);
     for (std::size_t r = 0; r < matrix.size(); ++r) {
       std::int64_t sent = 0;
       for (std::size_t q = 0; q < matrix.size(); ++q) sent += q == r ? 0 : matrix[r][q];
       most = std::max(most, sent * static_cast<std::int64_t>(dtype_size(p_.dtype)));
     }
+    // Where every rank sends its whole block to at most one other, the step is a permute.
+    std::vector<std::pair<int, int>> pairs;
+    const bool permutation = detail::redistribute_is_permutation(p_.mesh, cur_, to, p_.global, &pairs);
     cur_ = to;
-    ++plan_.relayouts;
-    // Named "permute" afterwards if the chosen plan keeps it and it is a permutation.
-    push("redistribute", axes, -1, -1, most);
+    ++plan_.redistributions;
+    push(permutation ? CommOp::permute : CommOp::redistribute, axes, -1, -1, most);
+    if (permutation) plan_.steps.back().pairs = std::move(pairs);
   }
 
  private:
@@ -124,13 +127,15 @@ class Builder {
   void remove_partial(const Axes& axes) {
     for (const auto& a : axes) cur_.partial.erase(std::find(cur_.partial.begin(), cur_.partial.end(), a));
   }
-  void push(std::string op, const Axes& axes, int dim, int dim_to, std::int64_t bytes) {
+  // `block_bytes`: the bytes of the block the step starts from (permute, redistribute: the most
+  // any rank sends), priced by send_bytes.
+  void push(CommOp op, const Axes& axes, int dim, int dim_to, std::int64_t block_bytes) {
     ReshardStep step;
-    step.op = std::move(op);
+    step.op = op;
     step.axes = axes;
     step.dim = dim;
     step.dim_to = dim_to;
-    step.bytes_per_rank = bytes;
+    step.bytes_per_rank = send_bytes(op, p_.mesh.axes_size(axes), block_bytes);
     step.after = cur_;
     plan_.bytes += step.bytes_per_rank;
     plan_.steps.push_back(std::move(step));
@@ -183,9 +188,9 @@ void forced_moves(const Problem& p, Builder& b) {
   }
 }
 
-// The relayout target from `cur`: each dimension takes the target's axes up to the first one
+// The redistribute target from `cur`: each dimension takes the target's axes up to the first one
 // still partial (reduce-scattered later), then keeps its axes bound for partial (padded later).
-Spec relayout_goal(const Problem& p, const Spec& cur) {
+Spec redistribute_goal(const Problem& p, const Spec& cur) {
   Spec goal = Spec::replicated(p.target.rank());
   goal.partial = cur.partial;
   for (int j = 0; j < p.target.rank(); ++j) {
@@ -217,7 +222,7 @@ Plan then_best(const Problem& p, const Builder& b, Memo& memo) {
   Plan out = b.plan();
   Plan rest = best_from(p, b.cur(), memo);
   out.bytes += rest.bytes;
-  out.relayouts += rest.relayouts;
+  out.redistributions += rest.redistributions;
   out.steps.insert(out.steps.end(), rest.steps.begin(), rest.steps.end());
   return out;
 }
@@ -273,10 +278,10 @@ Plan best_from(const Problem& p, const Spec& start, Memo& memo) {
       consider(next);
     }
   }
-  Spec goal = relayout_goal(p, cur);
+  Spec goal = redistribute_goal(p, cur);
   if (goal.dims != cur.dims) {
     Builder next = b;
-    next.relayout(goal);
+    next.redistribute(goal);
     consider(next);
   }
   if (!have) throw Error("reshard planner: no move from " + cur.to_string() + " to " + t.to_string());
@@ -286,24 +291,35 @@ Plan best_from(const Problem& p, const Spec& start, Memo& memo) {
 }  // namespace
 
 std::string ReshardStep::to_string() const {
-  std::string out = op + " over " + axes_text(axes);
-  std::string bytes = std::to_string(bytes_per_rank) + " bytes per rank";
-  if (op == "all_gather") {
-    out += " on dim " + std::to_string(dim) + ": " + bytes;
-  } else if (op == "reduce_scatter") {
-    out += " onto dim " + std::to_string(dim) + ": " + bytes;
-  } else if (op == "all_to_all") {
-    out += " from dim " + std::to_string(dim) + " to dim " + std::to_string(dim_to) + ": " + bytes;
-  } else if (op == "all_reduce") {
-    out += ": " + bytes;
-  } else if (op == "slice") {
-    out += " on dim " + std::to_string(dim) + ": local, 0 bytes";
-  } else if (op == "pad") {
-    out += " on dim " + std::to_string(dim) + " into partial: local, 0 bytes";
-  } else if (op == "zero") {
-    out += " into partial: local, 0 bytes (coordinate 0 keeps the value)";
-  } else {
-    out += " to " + after.to_string() + ": " + bytes;
+  std::string out = std::string(tessera::to_string(op)) + " over " + axes_text(axes);
+  const std::string bytes = std::to_string(bytes_per_rank) + " bytes per rank";
+  switch (op) {
+    case CommOp::all_gather:
+      out += " on dim " + std::to_string(dim) + ": " + bytes;
+      break;
+    case CommOp::reduce_scatter:
+      out += " onto dim " + std::to_string(dim) + ": " + bytes;
+      break;
+    case CommOp::all_to_all:
+      out += " from dim " + std::to_string(dim) + " to dim " + std::to_string(dim_to) + ": " + bytes;
+      break;
+    case CommOp::all_reduce:
+    case CommOp::broadcast:
+      out += ": " + bytes;
+      break;
+    case CommOp::slice:
+      out += " on dim " + std::to_string(dim) + ": local, 0 bytes";
+      break;
+    case CommOp::pad:
+      out += " on dim " + std::to_string(dim) + " into partial: local, 0 bytes";
+      break;
+    case CommOp::zero:
+      out += " into partial: local, 0 bytes (coordinate 0 keeps the value)";
+      break;
+    case CommOp::permute:
+    case CommOp::redistribute:
+      out += " to " + after.to_string() + ": " + bytes;
+      break;
   }
   if (!note.empty()) out += "; " + note;
   return out;
@@ -360,10 +376,10 @@ std::int64_t table_bytes(const MeshShape& mesh, const Spec& source, const Spec& 
       if (was_partial) cur.partial.erase(std::find(cur.partial.begin(), cur.partial.end(), a));
       if (j >= 0) cur.dims[j].push_back(a);
       if (t.is_partial_on(a)) cur.partial.push_back(a);
-      if (i >= 0 && j >= 0) bytes += (n - 1) * (b / n);                  // all_to_all
-      if (i >= 0 && j < 0 && !t.is_partial_on(a)) bytes += (n - 1) * b;  // all_gather (pad: 0)
-      if (was_partial && j >= 0) bytes += (n - 1) * (b / n);             // reduce_scatter
-      if (was_partial && j < 0 && !t.is_partial_on(a)) bytes += 2 * (n - 1) * b / n;  // all_reduce
+      if (i >= 0 && j >= 0) bytes += send_bytes(CommOp::all_to_all, n, b);
+      if (i >= 0 && j < 0 && !t.is_partial_on(a)) bytes += send_bytes(CommOp::all_gather, n, b);  // pad: 0
+      if (was_partial && j >= 0) bytes += send_bytes(CommOp::reduce_scatter, n, b);
+      if (was_partial && j < 0 && !t.is_partial_on(a)) bytes += send_bytes(CommOp::all_reduce, n, b);
     }
     if (valid && cur == t && (best < 0 || bytes < best)) best = bytes;
   } while (std::next_permutation(changing.begin(), changing.end()));
@@ -387,7 +403,7 @@ ReshardPlan make_plan(const MeshShape& mesh, const Spec& source, const Spec& tar
   Plan best = best_from(p, start, memo);
   // Candidate 2: shrink first (every slice and reduce-scatter at once, even onto a dimension
   // whose axes must still change), then the same search; wins when the order of a dimension's
-  // axes forces a relayout anyway and the relayout moves the smaller block.
+  // axes forces a redistribute anyway and the redistribute moves the smaller block.
   Builder shrink(p, start, {});
   bool differs = false;
   for (Role wanted : {Role::replicated, Role::partial}) {
@@ -418,22 +434,14 @@ ReshardPlan make_plan(const MeshShape& mesh, const Spec& source, const Spec& tar
     if (valid(second) && (better(second, best) || !valid(best))) best = std::move(second);
   }
   if (!valid(best)) {
-    // Reduce the partial axes in place, then one relayout straight to the target.
+    // Reduce the partial axes in place, then one redistribute straight to the target.
     Builder direct(p, start, {});
     if (!direct.cur().partial.empty()) direct.all_reduce(direct.cur().partial);
-    if (!(direct.cur() == p.target)) direct.relayout(p.target);
+    if (!(direct.cur() == p.target)) direct.redistribute(p.target);
     best = direct.plan();
   }
 
   out.steps = std::move(best.steps);
-  Spec cur = start;
-  for (auto& step : out.steps) {
-    std::vector<std::pair<int, int>> pairs;
-    if (step.op == "redistribute" && detail::relayout_is_permutation(mesh, cur, step.after, global_shape, &pairs)) {
-      step.op = "permute";
-    }
-    cur = step.after;
-  }
   const std::int64_t extra = out.bytes_per_rank() - out.table_bytes;
   if (out.table_bytes < 0 || extra > 0) {
     std::string note = out.table_bytes < 0 ? "axis order change: no order of the per-axis table's steps reaches "
@@ -441,7 +449,7 @@ ReshardPlan make_plan(const MeshShape& mesh, const Spec& source, const Spec& tar
                                            : "axis order change: " + std::to_string(extra) +
                                                  " bytes per rank beyond the per-axis table";
     auto it = std::find_if(out.steps.begin(), out.steps.end(),
-                           [](const ReshardStep& s) { return s.op == "permute" || s.op == "redistribute"; });
+                           [](const ReshardStep& s) { return s.op == CommOp::permute || s.op == CommOp::redistribute; });
     (it != out.steps.end() ? *it : out.steps.back()).note = note;
   }
   return out;

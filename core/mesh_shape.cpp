@@ -75,7 +75,12 @@ int MeshShape::axis_index(std::string_view name) const {
 
 int MeshShape::axes_size(const std::vector<std::string>& axes) const {
   int n = 1;
-  for (const auto& a : axes) n = checked_mul(n, axis_size(a), "mesh axes size");
+  for (std::size_t i = 0; i < axes.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (axes[i] == axes[j]) throw SpecError("mesh axes: axis '" + axes[i] + "' appears twice");
+    }
+    n = checked_mul(n, axis_size(axes[i]), "mesh axes size");
+  }
   return n;
 }
 

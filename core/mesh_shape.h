@@ -23,7 +23,7 @@ class MeshShape {
   // Position of the axis; throws SpecError naming the mesh for an unknown axis.
   int axis_index(std::string_view name) const;
   int axis_size(std::string_view name) const { return sizes_[axis_index(name)]; }
-  // Product of the sizes of the given axes.
+  // Product of the sizes of the given axes; SpecError for an unknown axis or one named twice.
   int axes_size(const std::vector<std::string>& axes) const;
 
   // Row-major coordinates of a rank and back.

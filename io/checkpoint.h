@@ -23,8 +23,10 @@ struct SaveOptions {
   // Complete checkpoints kept in the directory after a save (the new one included); <= 0 keeps all.
   int keep = 3;
   // Largest chunk, in bytes: a block bigger than this is stored as several chunks (leading
-  // dimensions divided first). 0: HDF5's limit, 4 GiB less the 4 checksum bytes.
-  std::uint64_t max_chunk_bytes = 0;
+  // dimensions divided first). 0: HDF5's limit, 4 GiB less the 4 checksum bytes. The default,
+  // 8 MiB, bounds what a save adds to rank 0's memory: HDF5 fills and checksums one chunk-sized
+  // buffer per dataset while rank 0 lays out the file (two buffers of the largest chunk).
+  std::uint64_t max_chunk_bytes = std::uint64_t{8} << 20;
   // MPI-IO hints of the collective write of the chunks (ROMIO's names). Each rank writes whole
   // chunks, so the default sends each straight to the file instead of through collective
   // buffering's aggregators, and never reads a gap back (data sieving).
@@ -47,6 +49,12 @@ std::string save_checkpoint(const CheckpointState& state, const std::string& dir
 // version, presence, global shape, dtype and every chunk's Fletcher32 checksum are validated
 // before returning; the returned state holds the step, seed, config and the filled arrays.
 CheckpointState restore_checkpoint(const std::string& dir_or_file, const CheckpointState& target);
+
+// The same, into the target's own storage: every array's block (held or borrowed, see
+// CheckpointArray::borrow) is filled in place, and `target`'s step, seed and config are set. No
+// copy of the state is made: the only memory a restore adds is a chunk that straddles blocks.
+// On an error (the same IoError on every rank) the arrays' contents are unspecified.
+void restore_checkpoint_into(const std::string& dir_or_file, CheckpointState& target);
 
 // The newest complete checkpoint in `dir`, or nullopt. Local (no MPI).
 std::optional<std::string> latest_checkpoint(const std::string& dir);

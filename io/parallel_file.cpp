@@ -10,7 +10,7 @@ namespace tessera::checkpoint_io {
 const Mesh* common_mesh(const CheckpointState& state, std::string_view what) {
   const Mesh* mesh = nullptr;
   for (const auto& array : state.arrays) {
-    const Mesh& m = array.value.mesh();
+    const Mesh& m = array.tensor().mesh();
     if (!m.valid()) throw IoError(std::string(what) + ": array '" + array.path + "' has no mesh");
     if (mesh == nullptr) {
       mesh = &m;

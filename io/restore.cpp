@@ -106,7 +106,7 @@ H5Handle open_validated(hid_t file, const std::string& path, const CheckpointArr
   if (info.type != H5O_TYPE_DATASET) throw IoError(context + ": is not a dataset");
   H5Handle dataset =
       dataset_handle(H5Dopen2(file, format::dataset_name(target.path).c_str(), H5P_DEFAULT), "H5Dopen2", context);
-  const ShardedTensor& want = target.value;
+  const ShardedTensor& want = target.tensor();
   H5Handle type = type_handle(H5Dget_type(dataset.get()), "H5Dget_type", context);
   if (!format::type_matches(type.get(), want.dtype())) {
     std::string saved = format::has_attribute(dataset.get(), format::attr_dtype, context)
@@ -246,14 +246,18 @@ void read_block_direct(hid_t dataset, MPI_File handle, const std::vector<hsize_t
   }
 }
 
-// This rank's block of the target, read from the dataset.
-CheckpointArray read_array(hid_t dataset, hid_t transfer, MPI_File handle, const std::string& path,
-                           const CheckpointArray& target, std::int64_t version) {
+// This rank's block of the target, read from the dataset into the target's own storage.
+void read_array(hid_t dataset, hid_t transfer, MPI_File handle, const std::string& path, CheckpointArray& target,
+                std::int64_t version) {
   const std::string context = "restore_checkpoint: " + format::dataset_context(path, target.path);
-  const ShardedTensor& want = target.value;
+  ShardedTensor& want = target.tensor();
   const Mesh& mesh = want.mesh();
   const Shape block = local_shape(want.spec(), mesh.shape(), want.global_shape());
-  Tensor local = Tensor::empty(block, want.dtype());  // every element is read, or zeroed below
+  Tensor& local = want.local();  // every element is read, or zeroed below
+  if (local.shape() != block || local.dtype() != want.dtype()) {
+    throw Error(context + ": internal error: the target's block is " + shape_to_string(local.shape()) + ", " +
+                shape_to_string(block) + " wanted");
+  }
   // Along partial axes the value lives on the replica at coordinate 0; the others hold zeros.
   const bool take_part = numel(block) > 0 && is_partial_holder(want.spec(), mesh.shape(), mesh.coords());
   if (!take_part) {
@@ -286,14 +290,11 @@ CheckpointArray read_array(hid_t dataset, hid_t transfer, MPI_File handle, const
       }
     }
   }
-  return CheckpointArray{target.path,
-                         ShardedTensor(mesh, want.spec(), want.global_shape(), std::move(local), target.path),
-                         target.logical_names};
 }
 
 }  // namespace
 
-CheckpointState restore_checkpoint(const std::string& dir_or_file, const CheckpointState& target) {
+void restore_checkpoint_into(const std::string& dir_or_file, CheckpointState& target) {
   quiet_hdf5_errors();
   for (const auto& array : target.arrays) format::validate_array_path(array.path);
   const Mesh* mesh = checkpoint_io::common_mesh(target, "restore_checkpoint");
@@ -316,11 +317,11 @@ CheckpointState restore_checkpoint(const std::string& dir_or_file, const Checkpo
   });
   checkpoint_io::agree_or_throw_io(comm, error);
 
-  CheckpointState result;
+  CheckpointState meta;  // the root attributes
   std::vector<H5Handle> datasets;
   std::int64_t version = 0;
   error = capture_error([&] {
-    version = read_root(handle.get(), file, result);
+    version = read_root(handle.get(), file, meta);
     for (const auto& array : target.arrays) datasets.push_back(open_validated(handle.get(), file, array));
   });
   auto agreed = first_error(comm, error);
@@ -335,7 +336,7 @@ CheckpointState restore_checkpoint(const std::string& dir_or_file, const Checkpo
     error = capture_error([&] {
       H5Handle transfer = checkpoint_io::transfer_properties(H5FD_MPIO_INDEPENDENT, context);
       for (std::size_t i = 0; i < target.arrays.size(); ++i) {
-        result.arrays.push_back(read_array(datasets[i].get(), transfer.get(), raw, file, target.arrays[i], version));
+        read_array(datasets[i].get(), transfer.get(), raw, file, target.arrays[i], version);
       }
     });
   }
@@ -348,6 +349,25 @@ CheckpointState restore_checkpoint(const std::string& dir_or_file, const Checkpo
   auto close_error = capture_error([&] { handle.close(context); });
   if (agreed) checkpoint_io::throw_io_error(*agreed);
   checkpoint_io::agree_or_throw_io(comm, error ? error : close_error);
+  target.step = meta.step;
+  target.seed = meta.seed;
+  target.config = std::move(meta.config);
+}
+
+CheckpointState restore_checkpoint(const std::string& dir_or_file, const CheckpointState& target) {
+  // The result's blocks: allocated here, filled by the restore (every element is read or zeroed).
+  CheckpointState result;
+  for (const auto& array : target.arrays) {
+    const ShardedTensor& want = array.tensor();
+    if (!want.mesh().valid()) break;  // restore_checkpoint_into names the array
+    const Shape block = local_shape(want.spec(), want.mesh().shape(), want.global_shape());
+    result.arrays.push_back({array.path,
+                             ShardedTensor(want.mesh(), want.spec(), want.global_shape(),
+                                           Tensor::empty(block, want.dtype()), array.path),
+                             array.logical_names});
+  }
+  if (result.arrays.size() != target.arrays.size()) result = target;
+  restore_checkpoint_into(dir_or_file, result);
   return result;
 }
 

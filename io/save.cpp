@@ -47,7 +47,7 @@ void validate_for_save(const CheckpointState& state) {
   for (const auto& array : state.arrays) {
     format::validate_array_path(array.path);
     if (!paths.insert(array.path).second) throw IoError("save_checkpoint: array path '" + array.path + "' repeats");
-    const ShardedTensor& value = array.value;
+    const ShardedTensor& value = array.tensor();
     if (value.spec().is_partial()) {
       throw IoError("save_checkpoint: array '" + array.path + "' has the partial spec " + value.spec().to_string() +
                     "; reshard it to a spec without partial axes before saving");
@@ -108,13 +108,13 @@ std::vector<ChunkLayout> chunk_layouts(const CheckpointState& state, const SaveO
   total = 0;
   for (const auto& array : state.arrays) {
     ChunkLayout layout;
-    const Shape& global = array.value.global_shape();
+    const Shape& global = array.tensor().global_shape();
     if (!global.empty() && numel(global) > 0) {
       layout.chunked = true;
       const std::uint64_t limit = options.max_chunk_bytes > 0 ? std::min(options.max_chunk_bytes, format::max_chunk_bytes)
                                                               : format::max_chunk_bytes;
-      layout.chunk = format::chunk_shape(array.value.local().shape(), array.value.dtype(), limit);
-      layout.chunk_bytes = dtype_size(array.value.dtype());
+      layout.chunk = format::chunk_shape(array.tensor().local().shape(), array.tensor().dtype(), limit);
+      layout.chunk_bytes = dtype_size(array.tensor().dtype());
       layout.count = 1;
       for (std::size_t d = 0; d < global.size(); ++d) {
         layout.grid.push_back(static_cast<hsize_t>(global[d]) / layout.chunk[d]);
@@ -145,7 +145,7 @@ std::vector<hsize_t> grid_coords(std::size_t index, const std::vector<hsize_t>& 
 void lay_out_array(hid_t file, const CheckpointArray& array, const ChunkLayout& layout, const std::string& path,
                    std::uint64_t* addresses) {
   const std::string context = format::dataset_context(path, array.path);
-  const ShardedTensor& value = array.value;
+  const ShardedTensor& value = array.tensor();
   const Shape& global = value.global_shape();
   const DType dtype = value.dtype();
 
@@ -232,7 +232,7 @@ std::vector<OwnedChunk> owned_chunks(const CheckpointState& state, const std::ve
   std::vector<OwnedChunk> chunks;
   for (std::size_t a = 0; a < state.arrays.size(); ++a) {
     const ChunkLayout& layout = layouts[a];
-    const ShardedTensor& value = state.arrays[a].value;
+    const ShardedTensor& value = state.arrays[a].tensor();
     if (!layout.chunked || !writes_block(value)) continue;
     const Tensor& local = value.local();
     const Shape& block = local.shape();
@@ -266,7 +266,7 @@ std::vector<OwnedChunk> owned_chunks(const CheckpointState& state, const std::ve
 }
 
 // One contiguous run of the file this rank writes, and the memory it comes from.
-struct Piece {
+struct FileSpan {
   std::uint64_t offset;
   const void* data;
   std::uint64_t bytes;
@@ -274,17 +274,17 @@ struct Piece {
 
 // The owned chunks at their addresses: each chunk's bytes, then its checksum, in file order, cut
 // into runs of at most max_mpi_run bytes.
-std::vector<Piece> file_pieces(const std::vector<OwnedChunk>& chunks, const std::vector<std::uint64_t>& addresses) {
-  std::vector<Piece> pieces;
+std::vector<FileSpan> file_pieces(const std::vector<OwnedChunk>& chunks, const std::vector<std::uint64_t>& addresses) {
+  std::vector<FileSpan> pieces;
   for (const OwnedChunk& chunk : chunks) {
     const std::uint64_t address = addresses[chunk.table_index];
     pieces.push_back({address, chunk.data, chunk.bytes});
     pieces.push_back({address + chunk.bytes, chunk.trailer.data(), chunk.trailer.size()});
   }
-  std::sort(pieces.begin(), pieces.end(), [](const Piece& x, const Piece& y) { return x.offset < y.offset; });
+  std::sort(pieces.begin(), pieces.end(), [](const FileSpan& x, const FileSpan& y) { return x.offset < y.offset; });
   constexpr std::uint64_t max_run = checkpoint_io::max_mpi_run;
-  std::vector<Piece> runs;
-  for (const Piece& piece : pieces) {
+  std::vector<FileSpan> runs;
+  for (const FileSpan& piece : pieces) {
     for (std::uint64_t done = 0; done < piece.bytes; done += max_run) {
       runs.push_back({piece.offset + done, static_cast<const std::byte*>(piece.data) + done,
                       std::min(max_run, piece.bytes - done)});
@@ -294,7 +294,7 @@ std::vector<Piece> file_pieces(const std::vector<OwnedChunk>& chunks, const std:
 }
 
 // Every rank: its pieces into the laid-out file, in one collective write.
-void write_pieces(const std::vector<Piece>& pieces, const Communicator& comm, const std::string& temporary,
+void write_pieces(const std::vector<FileSpan>& pieces, const Communicator& comm, const std::string& temporary,
                   const SaveOptions& options, std::int64_t step) {
   const std::string context = format::file_context(temporary);
   std::optional<std::string> error;

@@ -19,6 +19,7 @@ struct TrainCheckpointMeta {
   nn::ParamInfos infos;
 };
 
+// The state's arrays, borrowed (CheckpointArray::borrow): `state` must outlive the result.
 CheckpointState to_checkpoint_state(const nn::TrainState& state, const TrainCheckpointMeta& meta);
 // Fills a TrainState shaped like `target` from restored arrays (the step and count included).
 nn::TrainState from_checkpoint_state(const CheckpointState& restored, const nn::TrainState& target);
@@ -30,6 +31,10 @@ std::string save_train_state(const nn::TrainState& state, const std::string& dir
 // read); `meta`, when given, receives the seed and configuration stored in the file.
 nn::TrainState restore_train_state(const std::string& dir_or_file, const nn::TrainState& target,
                                    TrainCheckpointMeta* meta = nullptr);
+// The same, into `state`'s own tensors (its specs say what each rank reads): no copy of the state
+// is made. On an error its values are unspecified (the step and count are left as they were).
+void restore_train_state_into(const std::string& dir_or_file, nn::TrainState& state,
+                              TrainCheckpointMeta* meta = nullptr);
 
 // A TrainState of zeros with the parameters' specs: the target of a restore.
 nn::TrainState abstract_train_state(const nn::ParamInfos& infos, const Mesh& mesh, const nn::Optimizer& optimizer);

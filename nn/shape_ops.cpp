@@ -21,12 +21,6 @@ int normalize_dim(int dim, int ndim, const char* op, const ShardedTensor& x) {
   return dim;
 }
 
-std::int64_t axes_size(const Mesh& mesh, const Axes& axes) {
-  std::int64_t k = 1;
-  for (const auto& a : axes) k *= mesh.axis_size(a);
-  return k;
-}
-
 // The spec of x reshaped to `shape` (see the header's rule), or a ShapeError.
 Spec reshaped_spec(const ShardedTensor& x, const Shape& shape) {
   const Shape& old = x.global_shape();
@@ -58,7 +52,7 @@ Spec reshaped_spec(const ShardedTensor& x, const Shape& shape) {
                          std::to_string(d) + " is split but is not the major dimension of the dimensions it " +
                          "merges or splits into; reshard it first");
       }
-      const std::int64_t k = axes_size(x.mesh(), axes);
+      const std::int64_t k = x.mesh().shape().axes_size(axes);
       if (new_major < 0 || shape[new_major] % k != 0) {
         throw ShapeError("reshape: " + operand_string(x) + " to " + shape_to_string(shape) + ": dimension " +
                          std::to_string(new_major) + " (size " + std::to_string(new_major < 0 ? 0 : shape[new_major]) +

@@ -154,7 +154,7 @@ expect shape_string.bad_character 2 "shape string 'rows/da-ta cols'" mpi "$dm" "
 expect bench_collectives.min_zero 2 '^bench_collectives: --min must be >= 1, got 0$' mpi "$apps/bench_collectives" --min 0
 expect bench_collectives.min_above_max 2 'bench_collectives: --max must be between --min \(4096\) and 4294967296, got 1024' \
   mpi "$apps/bench_collectives" --min 4096 --max 1024
-expect bench_collectives.unknown_op 2 "bench_collectives: unknown op 'gather_all'" mpi "$apps/bench_collectives" --ops gather_all
+expect bench_collectives.unknown_op 2 "bench_collectives: --ops: unknown collective 'gather_all' \(all_gather, reduce_scatter, all_to_all, all_reduce\)" mpi "$apps/bench_collectives" --ops gather_all
 expect bench_train.copy_mib_zero 2 '^bench_train: --copy-mib must be between 1 and 65536, got 0$' mpi "$apps/bench_train" --copy-mib 0
 expect bench_train.steps_zero 2 'bench_train: --steps must be >= 1' mpi "$apps/bench_train" --steps 0
 expect bench_collectives.iters_zero 2 '^bench_collectives: --iters must be >= 1, got 0$' mpi "$apps/bench_collectives" --iters 0

@@ -6,6 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "collectives/layout.h"
 #include "core/error.h"
@@ -65,10 +69,10 @@ std::vector<std::int64_t> at_dim(int rank, int dim, std::int64_t offset) {
 
 const std::vector<Shape> kShapes = {{8, 4, 16}, {1, 8, 8}, {16}};
 
-class LocalCollectives : public ::testing::TestWithParam<detail::PackMethod> {
+class LocalCollectives : public ::testing::TestWithParam<PackMethod> {
  protected:
-  void SetUp() override { detail::set_pack_method(GetParam()); }
-  void TearDown() override { detail::set_pack_method(detail::PackMethod::datatype); }
+  void SetUp() override { set_pack_method(GetParam()); }
+  void TearDown() override { set_pack_method(PackMethod::datatype); }
 };
 
 TEST_P(LocalCollectives, AllGatherConcatenatesInRankOrder) {
@@ -90,7 +94,7 @@ TEST_P(LocalCollectives, AllGatherConcatenatesInRankOrder) {
           Tensor got = all_gather(mesh, mine, axes, dim);
           EXPECT_TRUE(got.bit_equal(expected)) << shape.to_string() << " dim " << dim;
           ASSERT_EQ(scope.records().size(), 1u);
-          EXPECT_EQ(scope.records()[0], (CommRecord{"all_gather", axes, dim, (n - 1) * std::int64_t(mine.nbytes())}));
+          EXPECT_EQ(scope.records()[0], (CommRecord{CommOp::all_gather, axes, dim, (n - 1) * std::int64_t(mine.nbytes())}));
           ++checked;
         }
       }
@@ -119,7 +123,7 @@ TEST_P(LocalCollectives, ReduceScatterSumsThenKeepsMyBlock) {
             Tensor got = reduce_scatter(mesh, mine, axes, dim);
             EXPECT_TRUE(got.bit_equal(expected)) << shape.to_string() << " dim " << dim;
             EXPECT_EQ(scope.records().at(0),
-                      (CommRecord{"reduce_scatter", axes, dim, (n - 1) * std::int64_t(mine.nbytes()) / n}));
+                      (CommRecord{CommOp::reduce_scatter, axes, dim, (n - 1) * std::int64_t(mine.nbytes()) / n}));
           }
         }
       }
@@ -153,7 +157,7 @@ TEST_P(LocalCollectives, AllToAllSplitsOneDimensionAndConcatenatesAnother) {
             Tensor got = all_to_all(mesh, mine, axes, split, concat);
             EXPECT_TRUE(got.bit_equal(expected)) << shape.to_string() << " " << split << "->" << concat;
             EXPECT_EQ(scope.records().at(0),
-                      (CommRecord{"all_to_all", axes, split, (n - 1) * std::int64_t(mine.nbytes()) / n}));
+                      (CommRecord{CommOp::all_to_all, axes, split, (n - 1) * std::int64_t(mine.nbytes()) / n}));
           }
         }
       }
@@ -162,8 +166,8 @@ TEST_P(LocalCollectives, AllToAllSplitsOneDimensionAndConcatenatesAnother) {
 }
 
 INSTANTIATE_TEST_SUITE_P(PackMethods, LocalCollectives,
-                         ::testing::Values(detail::PackMethod::datatype, detail::PackMethod::memcpy),
-                         [](const auto& info) { return info.param == detail::PackMethod::datatype ? "datatype" : "memcpy"; });
+                         ::testing::Values(PackMethod::datatype, PackMethod::memcpy),
+                         [](const auto& info) { return info.param == PackMethod::datatype ? "datatype" : "memcpy"; });
 
 TEST(Collectives, AllReduceSumAndMaxGiveTheSameBitsEverywhere) {
   for (const auto& shape : meshes_of_size(world_size())) {
@@ -189,7 +193,7 @@ TEST(Collectives, AllReduceSumAndMaxGiveTheSameBitsEverywhere) {
       EXPECT_EQ(reduced.raw(), storage);  // the rvalue overload reuses the storage
       EXPECT_TRUE(reduced.bit_equal(sum));
       ASSERT_EQ(scope.records().size(), 3u);
-      EXPECT_EQ(scope.records()[0], (CommRecord{"all_reduce", axes, -1, 2 * (n - 1) * 60 / n}));
+      EXPECT_EQ(scope.records()[0], (CommRecord{CommOp::all_reduce, axes, -1, 2 * (n - 1) * 60 / n}));
     }
   }
 }
@@ -280,7 +284,7 @@ TEST(CommScope, CountsOnlyItsLifetimeAndSurvivesAReset) {
       CommScope inner;
       all_reduce(mesh, t, mesh.axis_names());
       EXPECT_EQ(inner.records().size(), 1u);
-      EXPECT_EQ(inner.count("all_reduce"), 1);
+      EXPECT_EQ(inner.count(CommOp::all_reduce), 1);
     }
     EXPECT_EQ(outer.records().size(), 2u);
     EXPECT_EQ(outer.total_bytes(), (mesh.size() - 1) * 16 + 2 * (mesh.size() - 1) * 16 / mesh.size());
@@ -290,6 +294,35 @@ TEST(CommScope, CountsOnlyItsLifetimeAndSurvivesAReset) {
     EXPECT_EQ(outer.records().size(), 1u);
     EXPECT_EQ(to_string(outer.records()[0]), "all_reduce over (): 0 bytes");
   }
+}
+
+// One vocabulary: every kind's name round-trips, and the byte cost is the convention of
+// collectives/comm_stats.h, written out here by hand.
+TEST(CommOp, NamesRoundTripAndSendBytesFollowTheConvention) {
+  const std::vector<std::pair<CommOp, std::string>> names = {
+      {CommOp::slice, "slice"},           {CommOp::zero, "zero"},
+      {CommOp::pad, "pad"},               {CommOp::all_gather, "all_gather"},
+      {CommOp::reduce_scatter, "reduce_scatter"}, {CommOp::all_to_all, "all_to_all"},
+      {CommOp::all_reduce, "all_reduce"}, {CommOp::broadcast, "broadcast"},
+      {CommOp::permute, "permute"},       {CommOp::redistribute, "redistribute"}};
+  for (const auto& [op, name] : names) {
+    EXPECT_EQ(to_string(op), name);
+    EXPECT_EQ(comm_op_from_string(name), op);
+    EXPECT_EQ(communicates(op), op != CommOp::slice && op != CommOp::zero && op != CommOp::pad) << name;
+    EXPECT_EQ(send_bytes(op, 1, 1000), 0) << name;  // a group of one sends nothing
+  }
+  EXPECT_EQ(comm_op_from_string("gather_all"), std::nullopt);
+  EXPECT_EQ(send_bytes(CommOp::all_gather, 4, 1000), 3000);
+  EXPECT_EQ(send_bytes(CommOp::reduce_scatter, 4, 1000), 750);
+  EXPECT_EQ(send_bytes(CommOp::all_to_all, 4, 1000), 750);
+  EXPECT_EQ(send_bytes(CommOp::all_reduce, 4, 1000), 1500);
+  EXPECT_EQ(send_bytes(CommOp::all_reduce, 3, 1000), 1333);  // rounded down
+  EXPECT_EQ(send_bytes(CommOp::broadcast, 4, 1000), 1000);
+  EXPECT_EQ(send_bytes(CommOp::permute, 4, 1000), 1000);
+  EXPECT_EQ(send_bytes(CommOp::redistribute, 4, 640), 640);
+  EXPECT_EQ(send_bytes(CommOp::slice, 4, 1000), 0);
+  EXPECT_EQ(send_bytes(CommOp::pad, 4, 1000), 0);
+  EXPECT_EQ(send_bytes(CommOp::zero, 4, 1000), 0);
 }
 
 }  // namespace

@@ -17,7 +17,7 @@ ReshardPlan plan(const MeshShape& mesh, const std::string& from, const std::stri
 
 std::vector<std::string> ops(const ReshardPlan& p) {
   std::vector<std::string> out;
-  for (const auto& s : p.steps) out.push_back(s.op);
+  for (const auto& s : p.steps) out.emplace_back(to_string(s.op));
   return out;
 }
 
@@ -36,7 +36,7 @@ TEST(ReshardPlan, ReplicatedToShardedMovesNothing) {
   for (const char* target : {"P(data, None)", "P(None, (model, data))", "P(model, data)", "P(None, None; partial=model)"}) {
     auto p = plan(k2x4, "P()", target);
     EXPECT_EQ(p.bytes_per_rank(), 0) << target;
-    for (const auto& s : p.steps) EXPECT_TRUE(s.op == "slice" || s.op == "zero") << s.op;
+    for (const auto& s : p.steps) EXPECT_TRUE(s.op == CommOp::slice || s.op == CommOp::zero) << s.op;
   }
   EXPECT_EQ(plan(k2x4, "P()", "P(model, data)").to_string(),
             "slice over (model) on dim 0: local, 0 bytes\nslice over (data) on dim 1: local, 0 bytes\n");

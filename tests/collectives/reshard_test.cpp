@@ -43,7 +43,7 @@ TEST(Reshard, SplitToOtherDimensionRunsOneAllToAll) {
     const int n = shape.axis_size("data");
     if (n > 1) {
       ASSERT_EQ(scope.records().size(), 1u);
-      EXPECT_EQ(scope.records()[0].op, "all_to_all");
+      EXPECT_EQ(scope.records()[0].op, CommOp::all_to_all);
       EXPECT_EQ(scope.records()[0].axes, Axes{"data"});
     }
     EXPECT_EQ(scope.total_bytes(), (n - 1) * std::int64_t(x.local().nbytes()) / n);
@@ -79,7 +79,7 @@ TEST(Reshard, PartialToShardedIsOneReduceScatterAndToReplicatedOneAllReduce) {
       auto y = reshard(x, parse_spec("P(data, model)"));
       ASSERT_EQ(scope.records().size(), shape.axis_size("model") > 1 ? 1u : 0u);
       if (!scope.records().empty()) {
-        EXPECT_EQ(scope.records()[0].op, "reduce_scatter");
+        EXPECT_EQ(scope.records()[0].op, CommOp::reduce_scatter);
         EXPECT_EQ(scope.records()[0].axes, Axes{"model"});
       }
       EXPECT_TRUE(y.to_global().bit_equal(expected));
@@ -89,7 +89,7 @@ TEST(Reshard, PartialToShardedIsOneReduceScatterAndToReplicatedOneAllReduce) {
       auto y = reshard(x, parse_spec("P(data, None)"));
       ASSERT_EQ(scope.records().size(), shape.axis_size("model") > 1 ? 1u : 0u);
       if (!scope.records().empty()) {
-        EXPECT_EQ(scope.records()[0], (CommRecord{"all_reduce", {"model"}, -1,
+        EXPECT_EQ(scope.records()[0], (CommRecord{CommOp::all_reduce, {"model"}, -1,
                                                   2 * (shape.axis_size("model") - 1) * 8 * 16 * 4 /
                                                       shape.axis_size("data") / shape.axis_size("model")}));
       }
@@ -102,7 +102,7 @@ TEST(Reshard, PartialToShardedIsOneReduceScatterAndToReplicatedOneAllReduce) {
     auto y = reshard(both, Spec());
     if (mesh.size() > 1) {
       ASSERT_EQ(scope.records().size(), 1u);
-      EXPECT_EQ(scope.records()[0].op, "all_reduce");
+      EXPECT_EQ(scope.records()[0].op, CommOp::all_reduce);
     }
     EXPECT_TRUE(y.local().bit_equal(expected));
   }

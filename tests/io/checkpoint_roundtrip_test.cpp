@@ -139,6 +139,40 @@ TEST(CheckpointRoundTrip, PartialTargetHoldsTheValueOnOneReplica) {
   io_testing::expect_state_equals_reference(restored, defs, "partial target");
 }
 
+// Borrowed arrays: the save reads the caller's tensors, the restore fills the caller's storage
+// in place (the same buffers before and after), on every mesh of this rank count.
+TEST(CheckpointRoundTrip, BorrowedArraysSaveFromAndRestoreIntoTheCallersTensors) {
+  const auto defs = model_arrays();
+  Mesh save_mesh = Mesh::world(meshes_of_size(world_size()).front());
+  const CheckpointState owned = varied_state(save_mesh, defs, 0, true);
+  CheckpointState borrowed;
+  borrowed.step = owned.step;
+  borrowed.seed = owned.seed;
+  borrowed.config = owned.config;
+  for (const auto& a : owned.arrays) borrowed.arrays.push_back(CheckpointArray::borrow(a.path, a.value, a.logical_names));
+  TempDir dir("borrowed");
+  save_checkpoint(borrowed, dir.path());
+  int k = 0;
+  for (const MeshShape& shape : meshes_of_size(world_size())) {
+    Mesh target_mesh = Mesh::world(shape);
+    CheckpointState tensors = varied_state(target_mesh, defs, k++, false);
+    CheckpointState target;
+    std::vector<const void*> buffers;
+    for (auto& a : tensors.arrays) {
+      target.arrays.push_back(CheckpointArray::borrow(a.path, a.value, a.logical_names));
+      buffers.push_back(a.value.local().raw());
+    }
+    restore_checkpoint_into(dir.path(), target);
+    EXPECT_EQ(target.step, owned.step);
+    EXPECT_EQ(target.seed, owned.seed);
+    EXPECT_EQ(target.config, owned.config);
+    for (std::size_t i = 0; i < tensors.arrays.size(); ++i) {
+      EXPECT_EQ(tensors.arrays[i].value.local().raw(), buffers[i]) << tensors.arrays[i].path << " was reallocated";
+    }
+    io_testing::expect_state_equals_reference(tensors, defs, "borrowed target on " + shape.to_string());
+  }
+}
+
 TEST(CheckpointRoundTrip, PartialSourceIsRefusedOnEveryRank) {
   Mesh mesh = Mesh::world(meshes_of_size(world_size()).back());
   TempDir dir("refused");

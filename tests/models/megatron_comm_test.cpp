@@ -31,7 +31,7 @@ constexpr std::int64_t kWeightGradBytes = 2 * 1 * (1024 * 256 * 4) / 2;
 // The scalar loss, partial over data.
 constexpr std::int64_t kLossBytes = 2 * 1 * 4 / 2;
 
-CommRecord all_reduce(Axes axes, std::int64_t bytes) { return CommRecord{"all_reduce", std::move(axes), -1, bytes}; }
+CommRecord all_reduce(Axes axes, std::int64_t bytes) { return CommRecord{CommOp::all_reduce, std::move(axes), -1, bytes}; }
 
 struct LayerOnTwoByFour {
   Mesh mesh = Mesh::world(MeshShape({"data", "model"}, {2, 4}));

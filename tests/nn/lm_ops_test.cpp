@@ -190,7 +190,7 @@ TEST(LmOps, ShapeOpsBadInputNamesTheTensors) {
 }
 
 CommRecord ring_all_reduce(Axes axes, int n, std::int64_t block_bytes) {
-  return CommRecord{"all_reduce", std::move(axes), -1, 2 * (n - 1) * block_bytes / n};
+  return CommRecord{CommOp::all_reduce, std::move(axes), -1, 2 * (n - 1) * block_bytes / n};
 }
 
 // The Megatron shapes on data = world / 2, model = 2: the vocabulary over model, rows over data.
@@ -322,7 +322,7 @@ TEST(LmOps, AttentionWithHeadsSplitMovesNothingAndSequenceSplitGathersKV) {
     auto records = scope.records();
     ASSERT_EQ(records.size(), 2u);
     for (const auto& r : records) {
-      EXPECT_EQ(r.op, "all_gather");
+      EXPECT_EQ(r.op, CommOp::all_gather);
       EXPECT_EQ(r.axes, Axes{"seq"});
       EXPECT_EQ(r.dim, 1);
     }

@@ -123,19 +123,19 @@ TEST(SpmdCollectives, BytesAreCounted) {
   const Axes data{"data"};
   std::vector<std::pair<Case, CommRecord>> expects;
   expects.emplace_back(Case{"psum", Shape{2 * n, 3}, split, Spec(), [](const Var& x) { return psum(x, "data"); }},
-                       CommRecord{"all_reduce", data, -1, 2 * (n - 1) * block / n});
+                       CommRecord{CommOp::all_reduce, data, -1, 2 * (n - 1) * block / n});
   expects.emplace_back(
       Case{"all_gather", Shape{2 * n, 3}, split, split, [](const Var& x) { return all_gather(x, "data", 0); }},
-      CommRecord{"all_gather", data, 0, (n - 1) * block});
+      CommRecord{CommOp::all_gather, data, 0, (n - 1) * block});
   expects.emplace_back(Case{"psum_scatter", Shape{2 * n * n, 3}, split, split,
                             [](const Var& x) { return psum_scatter(x, "data", 0); }},
-                       CommRecord{"reduce_scatter", data, 0, (n - 1) * (n * block) / n});
+                       CommRecord{CommOp::reduce_scatter, data, 0, (n - 1) * (n * block) / n});
   expects.emplace_back(Case{"all_to_all", Shape{2 * n, 3 * n}, split, spec_of({Axes{}, data}),
                             [](const Var& x) { return all_to_all(x, "data", 1, 0); }},
-                       CommRecord{"all_to_all", data, 1, (n - 1) * (n * block) / n});
+                       CommRecord{CommOp::all_to_all, data, 1, (n - 1) * (n * block) / n});
   expects.emplace_back(
       Case{"ppermute", Shape{2 * n, 3}, split, split, [shift](const Var& x) { return ppermute(x, "data", shift); }},
-      CommRecord{"permute", data, -1, block});
+      CommRecord{CommOp::permute, data, -1, block});
   for (const auto& [c, want] : expects) {
     Var x(ShardedTensor::from_global(line, c.in, test_values(c.x_shape, 1), "x"));
     CommScope scope;
