@@ -46,7 +46,7 @@ struct Options {
   int layers = 4;
   bool fsdp = false;
   bool scan = false;
-  std::int64_t steps = 400;
+  std::int64_t steps = 300;
   double lr = 3e-3;
   std::uint64_t seed = 0;
   std::string data;
