@@ -354,7 +354,7 @@ int run(const Options& o, int world_rank) {
   nn::TrainState state = nn::create_train_state(nn::init_params(infos, mesh, o.seed), nn::adam(o.lr));
   std::int64_t last_saved = -1;
   if (resume_file) {
-    state = restore_train_state(*resume_file, state);
+    restore_train_state_into(*resume_file, state);
     last_saved = state.step;
     if (root) std::cout << "resumed from " << *resume_file << " at step " << state.step << "\n\n";
   }
