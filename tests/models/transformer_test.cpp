@@ -187,13 +187,13 @@ TEST(Transformer, SequenceSplitGathersOnlyKeysAndValues) {
   model.loss(ParamView(vars), tokens, labels);
   int gathers = 0;
   for (const auto& r : scope.records()) {
-    if (r.op == "all_gather") {
+    if (r.op == CommOp::all_gather) {
       ++gathers;
       EXPECT_EQ(r.axes, Axes{"seq"});
       EXPECT_EQ(r.dim, 1);
       EXPECT_EQ(r.bytes, kBatch * kSeq / 2 * 16 * 8);  // one half of K or V, f64
     } else {
-      EXPECT_EQ(r.op, "all_reduce") << to_string(r);
+      EXPECT_EQ(r.op, CommOp::all_reduce) << to_string(r);
       EXPECT_LE(r.bytes, 64) << to_string(r);
     }
   }
