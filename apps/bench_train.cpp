@@ -19,7 +19,7 @@
 #include "core/kernels.h"
 #include "mesh/environment.h"
 #include "mesh/mesh.h"
-#include "nn/layers.h"
+#include "models/mlp.h"
 #include "nn/optim.h"
 #include "nn/train.h"
 
@@ -120,16 +120,16 @@ int run(const Options& o, int world_rank, int world_size) {
   }
   const MeshShape mesh_shape = MeshShape::parse(o.mesh.empty() ? default_mesh(world_size) : o.mesh);
   if (o.steps < 1 || o.warmup < 0) throw UsageError("--steps must be >= 1 and --warmup >= 0");
-  const Rules rules = nn::tutorial_rules();
+  const Rules rules = models::tutorial_rules();
   Mesh mesh = Mesh::world(mesh_shape);
-  const nn::MLP model{o.layers, o.depth, o.scan, false};
+  const models::MLP model{o.layers, o.depth, o.scan, false};
   const nn::ParamInfos infos = nn::abstract_init(model, mesh_shape, rules, {o.batch, o.depth});
   for (const auto& info : infos) validate_spec(info.spec, mesh_shape, info.shape, info.path);
   const apps::SyntheticData data({o.batch, o.depth, apps::LossKind::sum, apps::InputKind::ones, o.seed, false}, mesh,
                                  rules);
   const nn::Optimizer optimizer = nn::adam(1e-3);
   nn::TrainState state = nn::create_train_state(nn::init_params(infos, mesh, o.seed), optimizer);
-  const nn::ApplyContext ctx{rules};
+  const models::ApplyContext ctx{rules};
   const nn::LossFn loss_fn = [&](const nn::VarTree& params, const nn::Batch& batch) {
     return data.loss(model.apply(nn::ParamView(params), ctx, nn::Var(batch.x)), batch);
   };

@@ -32,7 +32,7 @@ SyntheticData::SyntheticData(DataConfig config, const Mesh& mesh, const Rules& r
     : config_(config), mesh_(mesh), rules_(rules), spec_(activation_spec(mesh.shape(), rules, config.logical)) {
   validate_spec(spec_, mesh.shape(), {config.batch, config.width}, "x");
   if (config.loss == LossKind::sum) return;
-  teacher_ = nn::DotReluDot{config.width, initializers::xavier_normal(), config.logical};
+  teacher_ = models::DotReluDot{config.width, initializers::xavier_normal(), config.logical};
   nn::ParamDecl decl(mesh.shape(), rules);
   teacher_->declare(decl.child("teacher"), {config.batch, config.width});
   teacher_params_ = nn::init_params(decl.infos(), mesh, config.seed);
@@ -63,7 +63,7 @@ nn::Batch SyntheticData::batch(std::int64_t step) const {
       "x");
   if (!teacher_) return {std::move(x), std::nullopt};
   nn::VarTree vars = nn::as_vars(teacher_params_, false);
-  nn::ApplyContext ctx{rules_};
+  models::ApplyContext ctx{rules_};
   ShardedTensor z = teacher_->apply(nn::ParamView(vars, "teacher"), ctx, nn::Var(x)).value();
   if (!(z.spec() == spec_)) z = nn::reshard(nn::Var(z), spec_).value();
   z.set_name("y");

@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-#include "nn/layers.h"
+#include "models/mlp.h"
 #include "nn/train.h"
 
 namespace tessera::apps {
@@ -45,7 +45,7 @@ class SyntheticData {
   Mesh mesh_;
   Rules rules_;
   Spec spec_;
-  std::optional<nn::DotReluDot> teacher_;
+  std::optional<models::DotReluDot> teacher_;
   nn::ParamTree teacher_params_;
 };
 

@@ -1,8 +1,6 @@
 // train_mlp: the Flax sharding tutorial end to end, SPMD over MPI. Every rank runs this same
 // program on its own blocks; rank 0 prints. Bad input ends with one message and exit code 2.
 //   scripts/mpirun/local.sh 8 build/apps/train_mlp --mesh data=2,model=4 --steps 200
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -11,6 +9,7 @@
 #include <sstream>
 
 #include "apps/cli_main.h"
+#include "apps/run_support.h"
 #include "apps/step_profile.h"
 #include "apps/synthetic_data.h"
 #include "io/checkpoint_dir.h"
@@ -19,14 +18,12 @@
 #include "core/buffer_pool.h"
 #include "core/error.h"
 #include "mesh/environment.h"
-#include "mesh/mpi_check.h"
 #include "mesh/mesh.h"
-#include "nn/layers.h"
+#include "models/mlp.h"
 #include "nn/ops.h"
 #include "nn/optim.h"
 #include "nn/precision.h"
 #include "nn/train.h"
-#include "core/text.h"
 
 namespace {
 
@@ -66,28 +63,6 @@ std::string config_json(const Options& o) {
     << ",\"rules\":\"" << o.rules << "\",\"lr\":" << o.lr << ",\"loss\":\"" << o.loss << "\",\"input\":\""
     << o.input << "\",\"examples\":" << o.examples << ",\"seed\":" << o.seed << ",\"microbatches\":" << o.microbatches << ",\"dtype\":\"" << o.dtype << "\"}";
   return s.str();
-}
-
-std::string join_names(const std::vector<std::string>& names) {
-  return names.empty() ? "-" : parenthesized(names);
-}
-
-std::string parameter_table(const nn::ParamInfos& infos, const MeshShape& mesh) {
-  std::ostringstream out;
-  char line[512];
-  std::snprintf(line, sizeof line, "%-36s %-18s %-24s %-22s %s\n", "parameter", "global shape", "logical names",
-                "spec", "local shape");
-  out << line;
-  std::int64_t total = 0;
-  for (const auto& info : infos) {
-    std::snprintf(line, sizeof line, "%-36s %-18s %-24s %-22s %s\n", info.path.c_str(),
-                  shape_to_string(info.shape).c_str(), join_names(info.logical_names()).c_str(),
-                  info.spec.to_string().c_str(), shape_to_string(local_shape(info.spec, mesh, info.shape)).c_str());
-    out << line;
-    total += numel(info.shape);
-  }
-  out << infos.size() << " parameters, " << total << " values\n";
-  return out.str();
 }
 
 // The picture of a parameter whose path ends with `suffix` (layer 0 of a stack for --scan).
@@ -134,22 +109,6 @@ void validate_setup(const Options& o, const nn::ParamInfos& infos, const MeshSha
   if (o.resume && o.overwrite) throw UsageError("--resume and --overwrite exclude each other");
 }
 
-// Rank 0, holding the directory's lock: the fresh-run rule. A run without --resume never
-// mixes its checkpoints with another run's (prune would keep the other run's higher steps and
-// a later --resume would take them): it is refused, or with --overwrite the old ones go first.
-std::optional<std::string> claim_checkpoint_directory(const Options& o) {
-  if (o.resume) return std::nullopt;
-  auto complete = checkpoint_dir::list_complete(o.ckpt_dir);
-  if (complete.empty()) return std::nullopt;
-  if (o.overwrite) {
-    checkpoint_dir::remove_checkpoints(o.ckpt_dir);
-    return std::nullopt;
-  }
-  return "--ckpt-dir '" + o.ckpt_dir + "' already holds checkpoints up to step " + std::to_string(complete.back().first) +
-         " (" + checkpoint_dir::file_name(complete.back().first) +
-         "): --resume continues that run, --overwrite deletes them and starts over";
-}
-
 // Memory estimate (bytes per rank), from each rank's local shapes, in double so that absurd sizes
 // give a figure instead of an overflow (the estimate runs before anything is allocated):
 //   parameters, gradients and Adam's two moments: 4 x the local parameter bytes;
@@ -185,36 +144,9 @@ double estimate_bytes_per_rank(const Options& o, const nn::ParamInfos& infos, co
   return 4 * params + casts + activations + 2 * block + largest_global + largest_local;
 }
 
-// This rank's share of the node's physical memory: the node's memory over the ranks on it. A
-// per-node fact that may differ between nodes, so the ranks agree on the smallest share.
-double memory_per_rank_bytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page_size = sysconf(_SC_PAGE_SIZE);
-  MPI_Comm node = MPI_COMM_NULL;
-  check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
-            "MPI_Comm_split_type (ranks on this node)");
-  int on_node = 1;
-  const int size_rc = MPI_Comm_size(node, &on_node);
-  const int free_rc = MPI_Comm_free(&node);
-  check_mpi(size_rc, "MPI_Comm_size (ranks on this node)");
-  check_mpi(free_rc, "MPI_Comm_free (ranks on this node)");
-  // sysconf fails with -1: count it as no limit known rather than as no memory.
-  double share = pages > 0 && page_size > 0 ? static_cast<double>(pages) * page_size / on_node : 1e300;
-  check_mpi(MPI_Allreduce(MPI_IN_PLACE, &share, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD),
-            "MPI_Allreduce (memory per rank)");
-  return share;
-}
-
 // Refuses, before anything is allocated, a model whose estimate exceeds this rank's share.
 void check_memory(const Options& o, const nn::ParamInfos& infos, const MeshShape& mesh, const Spec& x_spec) {
-  const double need = estimate_bytes_per_rank(o, infos, mesh, x_spec);
-  const double have = memory_per_rank_bytes();
-  if (need > have) {
-    constexpr double gib = 1024.0 * 1024.0 * 1024.0;
-    char text[256];
-    std::snprintf(text, sizeof text, "needs %.1f GiB per rank, this machine has %.1f GiB", need / gib, have / gib);
-    throw UsageError(text);
-  }
+  apps::check_memory(estimate_bytes_per_rank(o, infos, mesh, x_spec));
 }
 
 int run(const Options& o, int world_rank) {
@@ -226,7 +158,7 @@ int run(const Options& o, int world_rank) {
   validate_rules(rules, mesh_shape);
   Mesh mesh = Mesh::world(mesh_shape);
 
-  const nn::MLP model{o.layers, o.depth, o.scan, o.logical};
+  const models::MLP model{o.layers, o.depth, o.scan, o.logical};
   const Shape input_shape = {o.batch, o.depth};
   const nn::ParamInfos infos = nn::abstract_init(model, mesh_shape, rules, input_shape);
   apps::DataConfig data_config{o.batch, o.depth, apps::parse_loss_kind(o.loss), apps::parse_input_kind(o.input),
@@ -242,7 +174,7 @@ int run(const Options& o, int world_rank) {
     std::optional<std::string> refusal;
     if (root) {
       try {
-        refusal = claim_checkpoint_directory(o);
+        refusal = apps::claim_checkpoint_directory(o.ckpt_dir, o.resume, o.overwrite);
       } catch (const Error& e) {
         refusal = e.what();
       }
@@ -263,7 +195,7 @@ int run(const Options& o, int world_rank) {
               << o.loss << ", input " << o.input << ", adam(lr=" << o.lr << "), seed " << o.seed << ", dtype "
               << o.dtype << (precision.mixed() ? " (f32 parameters and Adam moments, bf16 compute)" : "")
               << (o.remat ? ", remat per layer" : "") << "\n\n"
-              << parameter_table(infos, mesh_shape) << '\n';
+              << apps::parameter_table(infos, mesh_shape) << '\n';
   }
 
   const apps::SyntheticData data(data_config, mesh, rules);
@@ -276,7 +208,7 @@ int run(const Options& o, int world_rank) {
   const std::string pictures = first_picture(state.params, "Dense_0/kernel") + first_picture(state.params, "W2");
   if (root) std::cout << pictures << '\n';
 
-  nn::ApplyContext ctx{rules};
+  models::ApplyContext ctx{rules};
   ctx.remat = o.remat;
   // The forward pass under the precision policy: parameters and input cast to the compute dtype,
   // the output cast back to f32 for the loss.

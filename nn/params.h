@@ -93,4 +93,14 @@ std::map<std::string, Spec> logical_to_mesh_sharding(const std::map<std::string,
 // The resolved spec of every parameter.
 std::map<std::string, Spec> param_specs(const ParamInfos& infos);
 
+// flax's eval_shape of init: a module's declarations (anything with
+// declare(const ParamDecl&, const Shape& input), as the models of models/ have) on inputs of
+// `input` shape: paths, shapes and specs, nothing allocated.
+template <class Module>
+ParamInfos abstract_init(const Module& module, const MeshShape& mesh, const Rules& rules, const Shape& input) {
+  ParamDecl decl(mesh, rules);
+  module.declare(decl, input);
+  return decl.infos();
+}
+
 }  // namespace tessera::nn

@@ -10,7 +10,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$work" && mkdir -p "$work"
 cmake --install "$build" --prefix "$work/prefix" >"$work/install.log"
 for f in lib/cmake/tessera/tesseraConfig.cmake lib/cmake/tessera/tesseraConfigVersion.cmake \
-         include/tessera/core/tensor.h include/tessera/io/checkpoint.h lib/libtessera_core.a; do
+         include/tessera/core/tensor.h include/tessera/io/checkpoint.h include/tessera/models/mlp.h \
+         lib/libtessera_core.a lib/libtessera_models.a; do
   [ -e "$work/prefix/$f" ] || { echo "FAIL: the install lacks $f" >&2; exit 1; }
 done
 # A copy outside the source tree, so nothing can reach tessera's sources by a relative path.

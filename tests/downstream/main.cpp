@@ -1,6 +1,7 @@
 // Uses each installed layer: a mesh over all ranks, a tensor made from the sharding-invariant RNG
-// resharded from P(None, x) to P(x, None), a checkpoint saved and restored. Exits 0 and prints
-// "downstream ok" on rank 0 only when the values survive both bit for bit.
+// resharded from P(None, x) to P(x, None), a checkpoint saved and restored, the tutorial MLP's
+// declarations (models, nn). Exits 0 and prints "downstream ok" on rank 0 only when the values
+// survive both bit for bit.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include "io/checkpoint.h"
 #include "mesh/environment.h"
 #include "mesh/sharded_tensor.h"
+#include "models/mlp.h"
 
 int main(int argc, char** argv) {
   using namespace tessera;
@@ -45,8 +47,12 @@ int main(int argc, char** argv) {
   const CheckpointState restored = restore_checkpoint(argv[1], target);
   const Tensor after = restored.arrays[0].value.to_global();
 
+  // models: the tutorial MLP's declarations (abstract init, nothing allocated).
+  const auto infos = nn::abstract_init(models::MLP{1, 8}, MeshShape({"data", "model"}, {1, 1}),
+                                       models::tutorial_rules(), {2, 8});
+
   const Tensor moved_global = moved.to_global();
-  const bool same = std::ranges::equal(before.values<float>(), after.values<float>()) &&
+  const bool same = infos.size() == 2 && std::ranges::equal(before.values<float>(), after.values<float>()) &&
                     std::ranges::equal(before.values<float>(), moved_global.values<float>());
   if (mesh.rank() == 0) {
     std::printf("tessera %s, %d ranks: %s\n", std::string(version_string()).c_str(), mesh.size(),

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "io/train_state_io.h"
-#include "nn/layers.h"
+#include "models/mlp.h"
 #include "nn/ops.h"
 #include "tests/io/io_test_support.h"
 
@@ -15,12 +15,12 @@ using io_testing::TempDir;
 using testing_support::meshes_of_size;
 using testing_support::world_size;
 
-const nn::MLP kModel{2, 32, false, true};
+const models::MLP kModel{2, 32, false, true};
 const Shape kInput = {8, 16};
 
 nn::LossFn loss_fn() {
   return [](const nn::VarTree& params, const nn::Batch& batch) {
-    return nn::sum_loss(kModel.apply(nn::ParamView(params), nn::ApplyContext{nn::tutorial_rules()}, nn::Var(batch.x)));
+    return nn::sum_loss(kModel.apply(nn::ParamView(params), models::ApplyContext{models::tutorial_rules()}, nn::Var(batch.x)));
   };
 }
 
@@ -42,7 +42,7 @@ TEST(TrainResume, StopSaveRestoreContinueIsBitIdentical) {
   for (const auto& shape : meshes_of_size(world_size(), true)) {
     if (shape.ndim() != 2) continue;
     Mesh mesh = Mesh::world(shape);
-    const auto infos = nn::abstract_init(kModel, shape, nn::tutorial_rules(), kInput);
+    const auto infos = nn::abstract_init(kModel, shape, models::tutorial_rules(), kInput);
     nn::TrainState straight = nn::create_train_state(nn::init_params(infos, mesh, 11), opt);
     run_steps(straight, opt, mesh, 10);
 
@@ -72,14 +72,14 @@ TEST(TrainResume, RestoresOntoEveryMeshOfThisRankCount) {
   const nn::Optimizer opt = nn::adam(1e-2);
   const auto shapes = meshes_of_size(world_size(), true);
   Mesh first_mesh = Mesh::world(shapes.front().ndim() == 2 ? shapes.front() : MeshShape({"data", "model"}, {world_size(), 1}));
-  const auto infos = nn::abstract_init(kModel, first_mesh.shape(), nn::tutorial_rules(), kInput);
+  const auto infos = nn::abstract_init(kModel, first_mesh.shape(), models::tutorial_rules(), kInput);
   nn::TrainState state = nn::create_train_state(nn::init_params(infos, first_mesh, 5), opt);
   run_steps(state, opt, first_mesh, 3);
   save_train_state(state, dir.path(), {5, "{}", infos});
   for (const auto& shape : shapes) {
     if (shape.ndim() != 2) continue;
     Mesh mesh = Mesh::world(shape);
-    const auto target_infos = nn::abstract_init(kModel, shape, nn::tutorial_rules(), kInput);
+    const auto target_infos = nn::abstract_init(kModel, shape, models::tutorial_rules(), kInput);
     nn::TrainState restored = restore_train_state(dir.path(), abstract_train_state(target_infos, mesh, opt));
     EXPECT_EQ(restored.step, 3);
     EXPECT_EQ(restored.opt_state.count, 3);

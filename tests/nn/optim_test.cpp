@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "nn/layers.h"
+#include "models/mlp.h"
 #include "nn/optim.h"
 #include "nn/ops.h"
 #include "nn/train.h"
@@ -13,6 +13,10 @@
 
 namespace tessera::nn {
 namespace {
+
+using models::ApplyContext;
+using models::MLP;
+using models::tutorial_rules;
 
 using testing_util::self_mesh;
 

@@ -11,7 +11,7 @@
 #include "collectives/comm_stats.h"
 #include "core/error.h"
 #include "nn/einsum.h"
-#include "nn/layers.h"
+#include "models/mlp.h"
 #include "nn/ops.h"
 #include "nn/shard_map.h"
 #include "nn/train.h"
@@ -20,6 +20,11 @@
 
 namespace tessera::nn {
 namespace {
+
+using models::ApplyContext;
+using models::MLP;
+using models::stack_loop_params;
+using models::tutorial_rules;
 
 using testing_support::meshes_of_size;
 using testing_support::world_rank;
@@ -126,7 +131,7 @@ TEST(ShardMap, MegatronLossGradientsAndBytesMatchGlobalView) {
   }
 }
 
-// 10 Adam steps, in f64 for the reason layers_test.cpp gives (Adam's sign-like update).
+// 10 Adam steps, in f64 for the reason tests/models/mlp_test.cpp gives (Adam's sign-like update).
 TEST(ShardMap, TenAdamStepsMatchGlobalView) {
   const std::int64_t batch = 8, features = 16, depth = 32;
   MLP mlp{2, depth, false, false};
@@ -160,7 +165,7 @@ TEST(ShardMap, TenAdamStepsMatchGlobalView) {
 }
 
 // The tutorial's size (batch 8, depth 1024) on 2x4: one train step of DotReluDot moves exactly
-// the bytes of the global view, which megatron_comm_test.cpp pins.
+// the bytes of the global view, which tests/models/megatron_comm_test.cpp pins.
 TEST(ShardMap, TutorialTrainStepBytesOnTwoByFour) {
   if (world_size() != 8) GTEST_SKIP() << "the 2x4 mesh";
   const std::int64_t batch = 8, depth = 1024;

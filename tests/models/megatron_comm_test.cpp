@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "collectives/comm_stats.h"
-#include "nn/layers.h"
+#include "models/mlp.h"
 #include "nn/ops.h"
 #include "nn/train.h"
 #include "tests/test_meshes.h"
@@ -14,8 +14,10 @@ namespace tessera {
 inline void PrintTo(const CommRecord& r, std::ostream* os) { *os << to_string(r) << " dim " << r.dim; }
 }  // namespace tessera
 
-namespace tessera::nn {
+namespace tessera::models {
 namespace {
+
+using namespace tessera::nn;
 
 using testing_support::world_size;
 
@@ -84,4 +86,4 @@ TEST(MegatronComm, TrainStep) {
 }
 
 }  // namespace
-}  // namespace tessera::nn
+}  // namespace tessera::models

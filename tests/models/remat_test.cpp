@@ -10,7 +10,7 @@
 #include "core/buffer_pool.h"
 #include "core/error.h"
 #include "nn/einsum.h"
-#include "nn/layers.h"
+#include "models/mlp.h"
 #include "nn/ops.h"
 #include "nn/remat.h"
 #include "nn/train.h"
@@ -19,6 +19,10 @@
 
 namespace tessera::nn {
 namespace {
+
+using models::ApplyContext;
+using models::MLP;
+using models::tutorial_rules;
 
 using testing_support::world_rank;
 using testing_support::world_size;

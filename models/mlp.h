@@ -1,4 +1,4 @@
-// The layers of the Flax sharding tutorial, written against global shapes:
+// The model of the Flax sharding tutorial, written against global shapes with nn's ops:
 //   Dense        kernel (in, features)
 //   DotReluDot   y = relu(x @ W1) constrained (data, model); z = y @ W2 constrained (data, None)
 //                W1 "Dense_0/kernel" (None, model), W2 "W2" (model, None)
@@ -14,7 +14,7 @@
 #include "core/rules.h"
 #include "nn/params.h"
 
-namespace tessera::nn {
+namespace tessera::models {
 
 // What a module's apply needs besides the parameters.
 struct ApplyContext {
@@ -28,10 +28,10 @@ struct Dense {
   std::int64_t features = 0;
   bool use_bias = false;
   Initializer kernel_init = initializers::lecun_normal();
-  Partitioning kernel_partitioning;
+  nn::Partitioning kernel_partitioning;
   DType dtype = DType::f32;
-  void declare(const ParamDecl& decl, const Shape& input) const;
-  Var apply(const ParamView& params, const Var& x) const;
+  void declare(const nn::ParamDecl& decl, const Shape& input) const;
+  nn::Var apply(const nn::ParamView& params, const nn::Var& x) const;
 };
 
 struct DotReluDot {
@@ -43,10 +43,10 @@ struct DotReluDot {
   Spec w1_spec = parse_spec("P(None, model)");
   Spec w2_spec = parse_spec("P(model, None)");
   DType dtype = DType::f32;
-  void declare(const ParamDecl& decl, const Shape& input) const;
-  Var apply(const ParamView& params, const ApplyContext& ctx, const Var& x) const;
+  void declare(const nn::ParamDecl& decl, const Shape& input) const;
+  nn::Var apply(const nn::ParamView& params, const ApplyContext& ctx, const nn::Var& x) const;
   // One layer given its weights (shared by the loop and the scan).
-  Var apply_weights(const ApplyContext& ctx, const Var& x, const Var& w1, const Var& w2) const;
+  nn::Var apply_weights(const ApplyContext& ctx, const nn::Var& x, const nn::Var& w1, const nn::Var& w2) const;
 };
 
 struct MLP {
@@ -58,24 +58,16 @@ struct MLP {
   Spec w1_spec = parse_spec("P(None, model)");
   Spec w2_spec = parse_spec("P(model, None)");
   DType dtype = DType::f32;
-  void declare(const ParamDecl& decl, const Shape& input) const;
-  Var apply(const ParamView& params, const ApplyContext& ctx, const Var& x) const;
+  void declare(const nn::ParamDecl& decl, const Shape& input) const;
+  nn::Var apply(const nn::ParamView& params, const ApplyContext& ctx, const nn::Var& x) const;
   DotReluDot layer() const { return DotReluDot{depth, init, logical, w1_spec, w2_spec, dtype}; }
 };
 
 // The tutorial's rules: batch -> data, hidden -> model.
 Rules tutorial_rules();
 
-// Abstract init of a model on inputs of `input` shape: shapes and specs, nothing allocated.
-template <class Module>
-ParamInfos abstract_init(const Module& module, const MeshShape& mesh, const Rules& rules, const Shape& input) {
-  ParamDecl decl(mesh, rules);
-  module.declare(decl, input);
-  return decl.infos();
-}
-
 // The stacked parameters of an MLP with scan, built from the loop MLP's parameters (layer i of
 // the stack is DotReluDot_i's), for comparing the two forms.
-ParamTree stack_loop_params(const ParamTree& loop, int num_layers, const Mesh& mesh);
+nn::ParamTree stack_loop_params(const nn::ParamTree& loop, int num_layers, const Mesh& mesh);
 
-}  // namespace tessera::nn
+}  // namespace tessera::models

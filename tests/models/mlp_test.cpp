@@ -6,14 +6,16 @@
 #include <optional>
 
 #include "core/error.h"
-#include "nn/layers.h"
+#include "models/mlp.h"
 #include "nn/ops.h"
 #include "nn/train.h"
 #include "tests/nn/nn_test_util.h"
 #include "tests/test_meshes.h"
 
-namespace tessera::nn {
+namespace tessera::models {
 namespace {
+
+using namespace tessera::nn;
 
 using testing_support::meshes_of_size;
 using testing_support::world_size;
@@ -242,4 +244,4 @@ TEST(Layers, TenAdamStepsMatchOneRank) {
 }
 
 }  // namespace
-}  // namespace tessera::nn
+}  // namespace tessera::models

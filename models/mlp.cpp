@@ -1,12 +1,15 @@
-// The tutorial's layers: declarations (paths, shapes, partitioning) and global-view forwards.
-#include "nn/layers.h"
+// The tutorial's MLP: declarations (paths, shapes, partitioning) and global-view forwards.
+#include "models/mlp.h"
 
 #include "core/error.h"
+#include "models/stacking.h"
 #include "nn/einsum.h"
 #include "nn/ops.h"
 #include "nn/remat.h"
 
-namespace tessera::nn {
+namespace tessera::models {
+
+using namespace tessera::nn;
 
 namespace {
 
@@ -113,31 +116,7 @@ Var MLP::apply(const ParamView& params, const ApplyContext& ctx, const Var& x) c
 }
 
 ParamTree stack_loop_params(const ParamTree& loop, int num_layers, const Mesh& mesh) {
-  ParamTree out;
-  for (const auto& [suffix, stacked_path] : {std::pair<std::string, std::string>{"Dense_0/kernel", "ScanDotReluDot_0/Dense_0/kernel"},
-                                             {"W2", "ScanDotReluDot_0/W2"}}) {
-    std::vector<Tensor> layers;
-    Spec layer_spec;
-    for (int i = 0; i < num_layers; ++i) {
-      const ShardedTensor& w = loop.at("DotReluDot_" + std::to_string(i) + "/" + suffix);
-      layers.push_back(w.to_global());
-      layer_spec = w.spec();
-    }
-    Shape shape = layers[0].shape();
-    shape.insert(shape.begin(), num_layers);
-    Tensor global(shape, layers[0].dtype());
-    for (int i = 0; i < num_layers; ++i) {
-      Shape one = layers[i].shape();
-      one.insert(one.begin(), 1);
-      std::vector<std::int64_t> at(shape.size(), 0);
-      at[0] = i;
-      insert_block(global, layers[i].reshaped(one), at);
-    }
-    Spec spec = layer_spec;
-    spec.dims.insert(spec.dims.begin(), Axes{});
-    out.emplace(stacked_path, ShardedTensor::from_global(mesh, spec, global, stacked_path));
-  }
-  return out;
+  return stack_layers(loop, "DotReluDot_", "ScanDotReluDot_0/", num_layers, mesh);
 }
 
-}  // namespace tessera::nn
+}  // namespace tessera::models

@@ -1,0 +1,84 @@
+// Pieces the training apps share.
+#include "apps/run_support.h"
+
+#include <mpi.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/text.h"
+#include "io/checkpoint_dir.h"
+#include "mesh/mpi_check.h"
+
+namespace tessera::apps {
+
+std::optional<std::string> claim_checkpoint_directory(const std::string& dir, bool resume, bool overwrite) {
+  if (resume) return std::nullopt;
+  auto complete = checkpoint_dir::list_complete(dir);
+  if (complete.empty()) return std::nullopt;
+  if (overwrite) {
+    checkpoint_dir::remove_checkpoints(dir);
+    return std::nullopt;
+  }
+  return "--ckpt-dir '" + dir + "' already holds checkpoints up to step " + std::to_string(complete.back().first) +
+         " (" + checkpoint_dir::file_name(complete.back().first) +
+         "): --resume continues that run, --overwrite deletes them and starts over";
+}
+
+double memory_per_rank_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  MPI_Comm node = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
+            "MPI_Comm_split_type (ranks on this node)");
+  int on_node = 1;
+  const int size_rc = MPI_Comm_size(node, &on_node);
+  const int free_rc = MPI_Comm_free(&node);
+  check_mpi(size_rc, "MPI_Comm_size (ranks on this node)");
+  check_mpi(free_rc, "MPI_Comm_free (ranks on this node)");
+  // sysconf fails with -1: count it as no limit known rather than as no memory.
+  double share = pages > 0 && page_size > 0 ? static_cast<double>(pages) * page_size / on_node : 1e300;
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, &share, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD),
+            "MPI_Allreduce (memory per rank)");
+  return share;
+}
+
+void check_memory(double need_bytes) {
+  const double have = memory_per_rank_bytes();
+  if (need_bytes > have) {
+    constexpr double gib = 1024.0 * 1024.0 * 1024.0;
+    char text[256];
+    std::snprintf(text, sizeof text, "needs %.1f GiB per rank, this machine has %.1f GiB", need_bytes / gib, have / gib);
+    throw UsageError(text);
+  }
+}
+
+namespace {
+
+std::string join_names(const std::vector<std::string>& names) {
+  return names.empty() ? "-" : parenthesized(names);
+}
+
+}  // namespace
+
+std::string parameter_table(const nn::ParamInfos& infos, const MeshShape& mesh) {
+  std::ostringstream out;
+  char line[512];
+  std::snprintf(line, sizeof line, "%-36s %-18s %-24s %-22s %s\n", "parameter", "global shape", "logical names",
+                "spec", "local shape");
+  out << line;
+  std::int64_t total = 0;
+  for (const auto& info : infos) {
+    std::snprintf(line, sizeof line, "%-36s %-18s %-24s %-22s %s\n", info.path.c_str(),
+                  shape_to_string(info.shape).c_str(), join_names(info.logical_names()).c_str(),
+                  info.spec.to_string().c_str(), shape_to_string(local_shape(info.spec, mesh, info.shape)).c_str());
+    out << line;
+    total += numel(info.shape);
+  }
+  out << infos.size() << " parameters, " << total << " values\n";
+  return out.str();
+}
+
+}  // namespace tessera::apps

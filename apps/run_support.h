@@ -1,0 +1,31 @@
+// Pieces the training apps (train_mlp, train_lm) share: the checkpoint directory's fresh-run
+// rule, the memory check before allocation, the parameter table they print.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "core/mesh_shape.h"
+#include "nn/params.h"
+
+namespace tessera::apps {
+
+// Rank 0, holding the directory's lock: the fresh-run rule. A run without --resume never mixes
+// its checkpoints with another run's (prune would keep the other run's higher steps and a later
+// --resume would take them): it is refused (the returned message), or with --overwrite the old
+// ones go first.
+std::optional<std::string> claim_checkpoint_directory(const std::string& dir, bool resume, bool overwrite);
+
+// This rank's share of the node's physical memory: the node's memory over the ranks on it. A
+// per-node fact that may differ between nodes, so the ranks agree on the smallest share
+// (collective over MPI_COMM_WORLD).
+double memory_per_rank_bytes();
+
+// Collective: throws UsageError "needs N GiB per rank, this machine has M GiB" when
+// `need_bytes` exceeds memory_per_rank_bytes().
+void check_memory(double need_bytes);
+
+// One line per parameter: path, global shape, logical names, spec, local shape; then the count.
+std::string parameter_table(const nn::ParamInfos& infos, const MeshShape& mesh);
+
+}  // namespace tessera::apps

@@ -1,0 +1,210 @@
+// The byte-level transformer: its declaration table and its global-view forward pass.
+#include "models/transformer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "collectives/reshard.h"
+#include "core/error.h"
+#include "core/shape_scope.h"
+#include "models/stacking.h"
+#include "nn/activations.h"
+#include "nn/attention.h"
+#include "nn/einsum.h"
+#include "nn/embedding.h"
+#include "nn/losses.h"
+#include "nn/normalization.h"
+#include "nn/ops.h"
+
+namespace tessera::models {
+
+using namespace tessera::nn;
+
+namespace {
+
+constexpr const char* kLoopPrefix = "block_";
+constexpr const char* kStackPrefix = "blocks";
+
+bool has_axis(const MeshShape& mesh, const std::string& axis) {
+  const auto& names = mesh.names();
+  return std::find(names.begin(), names.end(), axis) != names.end();
+}
+
+// `spec` without the axes `keep` refuses.
+template <class Keep>
+Spec filter_axes(const Spec& spec, Keep keep) {
+  Spec out = spec;
+  for (auto& dim : out.dims) std::erase_if(dim, [&](const std::string& a) { return !keep(a); });
+  std::erase_if(out.partial, [&](const std::string& a) { return !keep(a); });
+  return out;
+}
+
+// Spec over the model's axes in `axes` order (one per dimension, empty for none) that the mesh has.
+Spec spec_on(const MeshShape& mesh, const std::vector<const char*>& axes) {
+  Spec s = Spec::replicated(static_cast<int>(axes.size()));
+  for (std::size_t d = 0; d < axes.size(); ++d) {
+    if (axes[d] != nullptr && has_axis(mesh, axes[d])) s.dims[d].push_back(axes[d]);
+  }
+  return s;
+}
+
+}  // namespace
+
+std::vector<WeightDecl> weight_table(const TransformerConfig& c) {
+  // Initial scales: unit-variance embeddings (the blocks see them through rmsnorm); projections
+  // with variance 1 / fan_in; the projections that write into the residual stream (w_o, w_down)
+  // scaled down by sqrt(2 layers), as GPT-2 does; norm weights 1.
+  const double in_d = 1.0 / std::sqrt(static_cast<double>(c.d_model));
+  const double in_ff = 1.0 / std::sqrt(static_cast<double>(c.d_ff));
+  const double residual = 1.0 / std::sqrt(2.0 * std::max(1, c.layers));
+  using initializers::normal;
+  using initializers::ones;
+  // name        shape string (sizes from the config; /data with fsdp only)   per layer  init
+  return {
+      {"embed",     "vocab/model d_model/data",                                false, normal(1.0)},
+      {"attn_norm", "layers d_model",                                          true,  ones()},
+      {"w_q",       "layers d_model/data heads/model d_head",                  true,  normal(in_d)},
+      {"w_k",       "layers d_model/data heads/model d_head",                  true,  normal(in_d)},
+      {"w_v",       "layers d_model/data heads/model d_head",                  true,  normal(in_d)},
+      {"w_o",       "layers heads/model d_head d_model/data",                  true,  normal(in_d * residual)},
+      {"mlp_norm",  "layers d_model",                                          true,  ones()},
+      {"w_up",      "layers d_model/data d_ff/model",                          true,  normal(in_d)},
+      {"w_down",    "layers d_ff/model d_model/data",                          true,  normal(in_ff * residual)},
+      {"final_norm", "d_model",                                                false, ones()},
+      {"unembed",   "d_model/data vocab/model",                                false, normal(in_d)},
+  };
+}
+
+Shape Transformer::weight_shape(const WeightDecl& weight) const {
+  const std::map<std::string, std::int64_t> sizes = {
+      {"vocab", config.vocab}, {"d_model", config.d_model}, {"heads", config.heads},
+      {"d_head", config.d_head()}, {"d_ff", config.d_ff}, {"layers", config.layers}};
+  const ShapeString s = parse_shape_string(weight.shape);
+  Shape shape;
+  for (const auto& dim : s.dims) {
+    if (dim.name == "layers" && !config.scan) continue;
+    shape.push_back(dim.size ? *dim.size : sizes.at(dim.name));
+  }
+  return shape;
+}
+
+Spec Transformer::weight_spec(const WeightDecl& weight, const MeshShape& mesh) const {
+  const ShapeString s = parse_shape_string(weight.shape);
+  Spec spec = s.spec();
+  if (!config.scan && !s.dims.empty() && s.dims[0].name == "layers") spec.dims.erase(spec.dims.begin());
+  return filter_axes(spec, [&](const std::string& axis) {
+    return has_axis(mesh, axis) && (config.fsdp || axis != kDataAxis);
+  });
+}
+
+Spec Transformer::token_spec(const MeshShape& mesh) { return spec_on(mesh, {kDataAxis, kSeqAxis}); }
+
+Spec Transformer::activation_spec(const MeshShape& mesh) { return spec_on(mesh, {kDataAxis, kSeqAxis, nullptr}); }
+
+void Transformer::validate(const MeshShape& mesh, const Shape& tokens) const {
+  for (const auto& name : mesh.names()) {
+    if (name != kDataAxis && name != kSeqAxis && name != kModelAxis) {
+      throw MeshError("mesh axis '" + name + "' is not one of the transformer's axes data, seq, model");
+    }
+  }
+  const TransformerConfig& c = config;
+  if (c.vocab < 1 || c.d_model < 1 || c.heads < 1 || c.d_ff < 1 || c.layers < 1) {
+    throw UsageError("the transformer's vocab, d_model, heads, d_ff and layers must be >= 1");
+  }
+  if (c.d_model % c.heads != 0) {
+    throw UsageError("d_model " + std::to_string(c.d_model) + " does not divide into " + std::to_string(c.heads) +
+                     " heads");
+  }
+  if (c.d_head() % 2 != 0) {
+    throw UsageError("d_head = d_model / heads = " + std::to_string(c.d_head()) +
+                     " must be even (rotary embeddings rotate pairs)");
+  }
+  if (c.dtype != DType::f32 && c.dtype != DType::f64) throw UsageError("the transformer runs in f32 or f64");
+  if (tokens.size() != 2 || tokens[0] < 1 || tokens[1] < 1) {
+    throw ShapeError("the transformer's tokens are [batch, seq] with both >= 1, got " + shape_to_string(tokens));
+  }
+  validate_spec(token_spec(mesh), mesh, tokens, "tokens");
+  for (const auto& weight : weight_table(c)) {
+    validate_spec(weight_spec(weight, mesh), mesh, weight_shape(weight), weight.name);
+  }
+}
+
+void Transformer::declare(const ParamDecl& decl, const Shape& tokens) const {
+  validate(decl.mesh(), tokens);
+  // The shape strings' names bound to the configuration's sizes: a table entry whose dimensions
+  // disagree with the configuration fails here.
+  ShapeScope scope(ShapeScope::Visibility::isolated);
+  bind("vocab", config.vocab);
+  bind("d_model", config.d_model);
+  bind("heads", config.heads);
+  bind("d_head", config.d_head());
+  bind("d_ff", config.d_ff);
+  bind("layers", config.layers);
+  for (const auto& weight : weight_table(config)) {
+    const Shape shape = weight_shape(weight);
+    const Spec spec = weight_spec(weight, decl.mesh());
+    if (config.scan || !weight.per_layer) check_global(parse_shape_string(weight.shape), shape, weight.name);
+    if (!weight.per_layer) {
+      decl.param(weight.name, shape, weight.init, Partitioning::with_partitioning(spec), config.dtype);
+    } else if (config.scan) {
+      // Each layer of the stack has the fans of a single layer's weight (flax's nn.scan).
+      decl.child(kStackPrefix).param(weight.name, shape, weight.init.with_batch_axes(1),
+                                     Partitioning::with_partitioning(spec), config.dtype);
+    } else {
+      for (int i = 0; i < config.layers; ++i) {
+        decl.child(kLoopPrefix + std::to_string(i))
+            .param(weight.name, shape, weight.init, Partitioning::with_partitioning(spec), config.dtype);
+      }
+    }
+  }
+}
+
+Var Transformer::use_weight(const Var& w) const {
+  if (!config.fsdp) return w;
+  const Spec gathered = filter_axes(w.spec(), [](const std::string& axis) { return axis != kDataAxis; });
+  return gathered == w.spec() ? w : reshard(w, gathered);
+}
+
+BlockWeights Transformer::block_weights(const ParamView& params, int i) const {
+  const auto get = [&](const char* name) -> Var {
+    if (config.scan) return use_weight(take_layer(params.child(kStackPrefix).get(name), i));
+    return use_weight(params.child(kLoopPrefix + std::to_string(i)).get(name));
+  };
+  return {get("attn_norm"), get("w_q"), get("w_k"), get("w_v"), get("w_o"), get("mlp_norm"), get("w_up"), get("w_down")};
+}
+
+Var Transformer::block(const Var& h, const BlockWeights& w) const {
+  const Spec residual = activation_spec(h.mesh().shape());
+  const Var a = rmsnorm(h, w.attn_norm, config.norm_eps);
+  const Var q = rotary(einsum("bsd,dhk->bshk", a, w.w_q), config.rope_base);
+  const Var k = rotary(einsum("bsd,dhk->bshk", a, w.w_k), config.rope_base);
+  const Var v = einsum("bsd,dhk->bshk", a, w.w_v);
+  const Var o = causal_attention(q, k, v);
+  // Partial over model (the heads' contributions): the Megatron all-reduce.
+  const Var attn = with_sharding_constraint(einsum("bshk,hkd->bsd", o, w.w_o), residual);
+  const Var h1 = add(h, attn);
+  const Var m = rmsnorm(h1, w.mlp_norm, config.norm_eps);
+  const Var up = gelu_tanh(einsum("bsd,df->bsf", m, w.w_up));
+  const Var mlp = with_sharding_constraint(einsum("bsf,fd->bsd", up, w.w_down), residual);
+  return add(h1, mlp);
+}
+
+Var Transformer::logits(const ParamView& params, const ShardedTensor& tokens) const {
+  const MeshShape& mesh = tokens.mesh().shape();
+  const ShardedTensor ids = tokens.spec() == token_spec(mesh) ? tokens : tessera::reshard(tokens, token_spec(mesh));
+  Var h = with_sharding_constraint(embed(use_weight(params.get("embed")), ids), activation_spec(mesh));
+  for (int i = 0; i < config.layers; ++i) h = block(h, block_weights(params, i));
+  h = rmsnorm(h, use_weight(params.get("final_norm")), config.norm_eps);
+  return einsum("bsd,dv->bsv", h, use_weight(params.get("unembed")));
+}
+
+Var Transformer::loss(const ParamView& params, const ShardedTensor& tokens, const ShardedTensor& labels) const {
+  return softmax_cross_entropy_with_integer_labels(logits(params, tokens), labels);
+}
+
+ParamTree stack_transformer_params(const ParamTree& loop, int layers, const Mesh& mesh) {
+  return stack_layers(loop, kLoopPrefix, std::string(kStackPrefix) + "/", layers, mesh);
+}
+
+}  // namespace tessera::models

@@ -1,0 +1,224 @@
+// The byte-level transformer against the one-rank reference, in f64: loss and gradients on every
+// mesh of this rank count over the axes data, seq and model (8 ranks: data=2,model=4,
+// data=2,seq=2,model=2, seq=4,model=2), with FSDP and in the stacked form; 5 Adam steps; the
+// declaration table's specs; what context parallelism moves; configurations that do not fit.
+#include <gtest/gtest.h>
+
+#include "collectives/comm_stats.h"
+#include "core/error.h"
+#include "models/transformer.h"
+#include "nn/ops.h"
+#include "nn/train.h"
+#include "tests/nn/nn_test_util.h"
+#include "tests/test_meshes.h"
+
+namespace tessera::models {
+namespace {
+
+using namespace tessera::nn;
+
+using testing_support::world_size;
+using testing_util::max_relative_error;
+using testing_util::self_mesh;
+
+constexpr std::int64_t kBatch = 4, kSeq = 8;
+
+// Small enough for 8 ranks on two cores; every split divides: heads 4 and d_ff 32 over model
+// (up to 4), d_model 16 over data (FSDP), d_head 4 (even, for rotary).
+TransformerConfig tiny(bool scan, bool fsdp) {
+  TransformerConfig c;
+  c.d_model = 16;
+  c.heads = 4;
+  c.d_ff = 32;
+  c.layers = 2;
+  c.scan = scan;
+  c.fsdp = fsdp;
+  c.dtype = DType::f64;
+  return c;
+}
+
+// The meshes of n ranks over the transformer's axes.
+std::vector<MeshShape> meshes_of(int n) {
+  const std::vector<std::string> all = {
+      "data=1,seq=1,model=1", "data=2", "seq=2", "model=2", "data=2,model=2", "seq=2,model=2", "data=2,seq=2",
+      "data=4", "data=2,model=4", "data=2,seq=2,model=2", "seq=4,model=2"};
+  std::vector<MeshShape> out;
+  for (const auto& text : all) {
+    MeshShape m = MeshShape::parse(text);
+    if (m.size() == n) out.push_back(m);
+  }
+  return out;
+}
+
+// Tokens [batch, seq] and their next-token labels, a fixed byte pattern per step.
+std::pair<ShardedTensor, ShardedTensor> batch_of(const Mesh& mesh, int step) {
+  Tensor tokens(Shape{kBatch, kSeq}, DType::i32), labels(Shape{kBatch, kSeq}, DType::i32);
+  for (std::int64_t i = 0; i < kBatch * kSeq; ++i) {
+    tokens.data<std::int32_t>()[i] = static_cast<std::int32_t>((i * 37 + step * 11 + 5) % 256);
+    labels.data<std::int32_t>()[i] = static_cast<std::int32_t>((i * 37 + step * 11 + 42) % 256);
+  }
+  const Spec spec = Transformer::token_spec(mesh.shape());
+  return {ShardedTensor::from_global(mesh, spec, tokens, "tokens"), ShardedTensor::from_global(mesh, spec, labels, "labels")};
+}
+
+LossFn loss_of(const Transformer& model) {
+  return [model](const VarTree& params, const Batch& batch) { return model.loss(ParamView(params), batch.x, *batch.y); };
+}
+
+// The parameters on `mesh`: the loop form's from the RNG (the same values on every mesh), then
+// stacked for the scan form (whose own init is keyed by other paths).
+ParamTree params_on(const Transformer& model, const Mesh& mesh) {
+  Transformer loop = model;
+  loop.config.scan = false;
+  ParamTree p = init_params(abstract_init(loop, mesh.shape(), {}, {kBatch, kSeq}), mesh, 3);
+  return model.config.scan ? stack_transformer_params(p, model.config.layers, mesh) : p;
+}
+
+void expect_trees_near(const ParamTree& got, const ParamTree& want, double tolerance, const std::string& label) {
+  ASSERT_EQ(got.size(), want.size()) << label;
+  for (const auto& [path, w] : want) {
+    ASSERT_TRUE(got.count(path)) << label << " " << path;
+    EXPECT_LT(max_relative_error(got.at(path).to_global(), w.to_global()), tolerance) << label << " " << path;
+  }
+}
+
+struct Reference {
+  double loss;
+  ParamTree loop_grads;
+};
+
+Reference reference(const Mesh& one) {
+  const Transformer model{tiny(false, false)};
+  auto [tokens, labels] = batch_of(one, 0);
+  auto r = value_and_grad(params_on(model, one), loss_of(model), Batch{tokens, labels});
+  return {r.loss, r.grads};
+}
+
+TEST(Transformer, LossAndGradientsMatchOneRankOnEveryMesh) {
+  Mesh one = self_mesh({"data", "seq", "model"});
+  const Reference ref = reference(one);
+  // A byte model at init predicts about uniformly: the loss is near log(256).
+  EXPECT_NEAR(ref.loss, std::log(256.0), 1.0);
+  int checked = 0;
+  for (const auto& shape : meshes_of(world_size())) {
+    Mesh mesh = Mesh::world(shape);
+    for (bool scan : {false, true}) {
+      for (bool fsdp : {false, true}) {
+        if (fsdp && !(shape.size() > 1 && mesh.shape().names()[0] == "data")) continue;
+        const Transformer model{tiny(scan, fsdp)};
+        const ParamTree params = params_on(model, mesh);
+        auto [tokens, labels] = batch_of(mesh, 0);
+        auto got = value_and_grad(params, loss_of(model), Batch{tokens, labels});
+        const std::string label = shape.to_string() + (scan ? " scan" : " loop") + (fsdp ? " fsdp" : "");
+        EXPECT_NEAR(got.loss, ref.loss, 1e-5 * ref.loss) << label;
+        const ParamTree want = scan ? stack_transformer_params(ref.loop_grads, model.config.layers, one) : ref.loop_grads;
+        expect_trees_near(got.grads, want, 1e-5, label);
+        for (const auto& [path, g] : got.grads) EXPECT_EQ(g.spec(), params.at(path).spec()) << label << " " << path;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
+TEST(Transformer, FiveAdamStepsMatchOneRank) {
+  const Optimizer opt = adam(1e-2);
+  const auto run = [&](const Transformer& model, const Mesh& mesh, std::vector<double>& losses) {
+    TrainState state = create_train_state(params_on(model, mesh), opt);
+    for (int step = 0; step < 5; ++step) {
+      auto [tokens, labels] = batch_of(mesh, step);
+      losses.push_back(train_step(state, opt, loss_of(model), Batch{tokens, labels}));
+    }
+    return state.params;
+  };
+  Mesh one = self_mesh({"data", "seq", "model"});
+  std::vector<double> ref_losses;
+  const ParamTree ref = run(Transformer{tiny(false, false)}, one, ref_losses);
+  EXPECT_LT(ref_losses.back(), ref_losses.front());  // it learns
+  const auto shapes = meshes_of(world_size());
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    Mesh mesh = Mesh::world(shapes[i]);
+    // Loop on every mesh; the last mesh of this rank count also stacked with FSDP.
+    const bool variant = i + 1 == shapes.size() && shapes[i].size() > 1 && shapes[i].names()[0] == "data";
+    const Transformer model{tiny(variant, variant)};
+    std::vector<double> losses;
+    const ParamTree got = run(model, mesh, losses);
+    const std::string label = shapes[i].to_string() + (variant ? " scan fsdp" : "");
+    for (int step = 0; step < 5; ++step) EXPECT_NEAR(losses[step], ref_losses[step], 1e-5 * ref_losses[step]) << label;
+    expect_trees_near(got, variant ? stack_transformer_params(ref, 2, one) : ref, 1e-5, label);
+  }
+}
+
+// The declaration table is where the shardings are written: its shape strings give the specs.
+TEST(Transformer, DeclarationTableGivesTheSpecs) {
+  const MeshShape mesh = MeshShape::parse("data=2,seq=2,model=2");
+  const auto specs = [&](bool scan, bool fsdp) {
+    return param_specs(abstract_init(Transformer{tiny(scan, fsdp)}, mesh, {}, {kBatch, kSeq}));
+  };
+  const auto loop = specs(false, false);
+  EXPECT_EQ(loop.at("embed").to_string(), "P(model, None)");
+  EXPECT_EQ(loop.at("block_1/w_q").to_string(), "P(None, model, None)");
+  EXPECT_EQ(loop.at("block_1/w_o").to_string(), "P(model, None, None)");
+  EXPECT_EQ(loop.at("block_0/w_down").to_string(), "P(model, None)");
+  EXPECT_EQ(loop.at("unembed").to_string(), "P(None, model)");
+  EXPECT_EQ(loop.at("final_norm").to_string(), "P(None)");
+  EXPECT_EQ(loop.size(), 2u + 2 * 8 + 1);
+  const auto fsdp_scan = specs(true, true);
+  EXPECT_EQ(fsdp_scan.at("blocks/w_q").to_string(), "P(None, data, model, None)");
+  EXPECT_EQ(fsdp_scan.at("blocks/w_up").to_string(), "P(None, data, model)");
+  EXPECT_EQ(fsdp_scan.at("embed").to_string(), "P(model, data)");
+  EXPECT_EQ(fsdp_scan.size(), 2u + 8 + 1);
+  // Axes the mesh lacks are dropped.
+  const auto data_only = param_specs(abstract_init(Transformer{tiny(false, true)}, MeshShape::parse("data=2"), {}, {kBatch, kSeq}));
+  EXPECT_EQ(data_only.at("block_0/w_q").to_string(), "P(data, None, None)");
+  EXPECT_EQ(Transformer::token_spec(mesh).to_string(), "P(data, seq)");
+  EXPECT_EQ(Transformer::activation_spec(MeshShape::parse("seq=2,model=2")).to_string(), "P(None, seq, None)");
+}
+
+// Context parallelism: over seq, the forward pass moves only K and V, all-gathered along the
+// sequence dimension once per block; the loss's reductions are scalars.
+TEST(Transformer, SequenceSplitGathersOnlyKeysAndValues) {
+  if (world_size() != 2) GTEST_SKIP() << "the mesh seq=2";
+  Mesh mesh = Mesh::world(MeshShape::parse("seq=2"));
+  const Transformer model{tiny(false, false)};
+  VarTree vars = as_vars(params_on(model, mesh), false);
+  auto [tokens, labels] = batch_of(mesh, 0);
+  CommScope scope;
+  model.loss(ParamView(vars), tokens, labels);
+  int gathers = 0;
+  for (const auto& r : scope.records()) {
+    if (r.op == CommOp::all_gather) {
+      ++gathers;
+      EXPECT_EQ(r.axes, Axes{"seq"});
+      EXPECT_EQ(r.dim, 1);
+      EXPECT_EQ(r.bytes, kBatch * kSeq / 2 * 16 * 8);  // one half of K or V, f64
+    } else {
+      EXPECT_EQ(r.op, CommOp::all_reduce) << to_string(r);
+      EXPECT_LE(r.bytes, 64) << to_string(r);
+    }
+  }
+  EXPECT_EQ(gathers, 2 * model.config.layers);
+}
+
+TEST(Transformer, ConfigurationsThatDoNotFitAreErrors) {
+  const auto expect_error = [](TransformerConfig c, const char* mesh, const std::string& want) {
+    try {
+      abstract_init(Transformer{c}, MeshShape::parse(mesh), {}, {kBatch, kSeq});
+      ADD_FAILURE() << "no error for " << want;
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), want);
+    }
+  };
+  TransformerConfig c = tiny(false, false);
+  c.heads = 3;
+  expect_error(c, "model=1", "d_model 16 does not divide into 3 heads");
+  c.heads = 16;
+  expect_error(c, "model=1", "d_head = d_model / heads = 1 must be even (rotary embeddings rotate pairs)");
+  c = tiny(false, false);
+  expect_error(c, "model=8", "dimension 1 of 'w_q' (size 4) does not divide over axes (model) of size 8");
+  expect_error(c, "seq=3", "dimension 1 of 'tokens' (size 8) does not divide over axes (seq) of size 3");
+  expect_error(c, "data=2,tensor=2", "mesh axis 'tensor' is not one of the transformer's axes data, seq, model");
+}
+
+}  // namespace
+}  // namespace tessera::models
