@@ -1,6 +1,11 @@
-// bench_train: the train step of the tutorial's MLP on the current mesh, beside the floor of
-// docs/design.md ("Performance model") measured in the same run:
+// bench_train: the train step of the tutorial's MLP (--model mlp) or of train_lm's transformer
+// (--model lm) on the current mesh, beside the floor of docs/design.md ("Performance model")
+// measured in the same run:
 //   floor = matrix FLOPs per rank / GEMM rate + 28 bytes per fp32 parameter per rank / copy bandwidth
+// The transformer's matrix FLOPs per step are 3x its forward's (each matmul has a weight and an
+// input gradient): per token and layer 2*d*3d (q, k, v) + 2*d*d (o) + 2*2*d*d_ff (MLP), per
+// token 2*d*vocab (unembedding), and per sequence, layer and head 2*2*d_head*s(s+1)/2 for the
+// causal scores and their weighted sum (only the pairs a causal mask keeps: a lower bound).
 // Every rank measures the GEMM rate and copy bandwidth at once (they share the node's cores and
 // memory, as in the step). One JSON object per line on stdout (rank 0).
 //   scripts/mpirun/local.sh 8 build/apps/bench_train --layers 8 --depth 4096
@@ -20,6 +25,7 @@
 #include "mesh/environment.h"
 #include "mesh/mesh.h"
 #include "models/mlp.h"
+#include "models/transformer.h"
 #include "nn/optim.h"
 #include "nn/train.h"
 
@@ -94,10 +100,12 @@ double measure_copy_bandwidth(std::size_t bytes, double seconds) {
 }
 
 struct Options {
+  std::string model = "mlp";
   std::string mesh;
   std::int64_t batch = 8;
   int layers = 4;
   std::int64_t depth = 1024;
+  std::int64_t seq_len = 128, d_model = 256, heads = 8, d_ff = 1024;
   bool scan = false;
   int steps = 20;
   int warmup = 3;
@@ -106,20 +114,38 @@ struct Options {
   std::int64_t copy_mib = 64;
 };
 
-int run(const Options& o, int world_rank, int world_size) {
-  const bool root = world_rank == 0;
-  if (o.batch < 1 || o.depth < 1 || o.layers < 1) throw UsageError("--batch, --depth and --layers must be >= 1");
-  // The copy measurement indexes its buffer modulo its size and runs for --measure-seconds.
-  if (o.copy_mib < 1 || o.copy_mib > 65536) {
-    throw UsageError("--copy-mib must be between 1 and 65536, got " + std::to_string(o.copy_mib));
+// What a step measured and what its floor counts, for either model.
+struct Measured {
+  MeshShape mesh;
+  std::vector<double> ms;      // the timed steps, the slowest rank of each
+  double flops_per_rank = 0;   // matrix FLOPs of one step on one rank
+  double local_params = 0;     // fp32 parameters one rank updates
+  std::int64_t m = 0, n = 0, k = 0;  // the GEMM whose rate the floor uses
+};
+
+// Times o.steps train steps (after o.warmup) of `loss_fn` on `batch`.
+std::vector<double> time_steps(const Options& o, nn::TrainState& state, const nn::Optimizer& optimizer,
+                               const nn::LossFn& loss_fn, const nn::Batch& batch, const nn::StepOptions& options) {
+  std::vector<double> ms;
+  for (int i = 0; i < o.warmup + o.steps; ++i) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const auto start = clock_type::now();
+    nn::train_step(state, optimizer, loss_fn, batch, options);
+    // A step ends when its slowest rank ends.
+    const double t = allreduce(seconds_since(start) * 1e3, MPI_MAX);
+    if (i >= o.warmup) ms.push_back(t);
   }
-  if (!(o.measure_seconds > 0 && o.measure_seconds <= 3600)) {
-    char got[32];
-    std::snprintf(got, sizeof got, "%g", o.measure_seconds);
-    throw UsageError(std::string("--measure-seconds must be > 0 and <= 3600, got ") + got);
-  }
+  return ms;
+}
+
+double local_param_count(const nn::ParamInfos& infos, const MeshShape& mesh) {
+  double total = 0;
+  for (const auto& info : infos) total += static_cast<double>(numel(local_shape(info.spec, mesh, info.shape)));
+  return total;
+}
+
+Measured run_mlp(const Options& o, int world_size) {
   const MeshShape mesh_shape = MeshShape::parse(o.mesh.empty() ? default_mesh(world_size) : o.mesh);
-  if (o.steps < 1 || o.warmup < 0) throw UsageError("--steps must be >= 1 and --warmup >= 0");
   const Rules rules = models::tutorial_rules();
   Mesh mesh = Mesh::world(mesh_shape);
   const models::MLP model{o.layers, o.depth, o.scan, false};
@@ -136,16 +162,7 @@ int run(const Options& o, int world_rank, int world_size) {
   nn::StepOptions step_options;
   step_options.reduction = nn::StepOptions::Reduction::sum;
   const nn::Batch batch = data.batch(0);
-
-  std::vector<double> ms;
-  for (int i = 0; i < o.warmup + o.steps; ++i) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    const auto start = clock_type::now();
-    nn::train_step(state, optimizer, loss_fn, batch, step_options);
-    // A step ends when its slowest rank ends.
-    const double t = allreduce(seconds_since(start) * 1e3, MPI_MAX);
-    if (i >= o.warmup) ms.push_back(t);
-  }
+  const std::vector<double> ms = time_steps(o, state, optimizer, loss_fn, batch, step_options);
 
   // What each rank must compute and move. Each layer has 2 matmuls of 2*B*d*d FLOPs forward and
   // 4 backward (a weight and an input gradient each), less the input gradient of layer 0, which
@@ -155,12 +172,88 @@ int run(const Options& o, int world_rank, int world_size) {
   const double matmuls = 6.0 * o.layers - 1.0;
   const double flops_total = matmuls * 2.0 * o.batch * o.depth * o.depth;
   const double flops_per_rank = flops_total / static_cast<double>(data_size * model_size);
-  double local_params = 0;
-  for (const auto& info : infos) local_params += static_cast<double>(numel(local_shape(info.spec, mesh_shape, info.shape)));
-  const double bytes_per_rank = 28.0 * local_params;
-
   // The GEMM of the step's forward matmul on one rank: [B/data, d] x [d, d/model].
-  const std::int64_t m = o.batch / data_size, k = o.depth, n = o.depth / model_size;
+  return {mesh_shape, ms, flops_per_rank, local_param_count(infos, mesh_shape), o.batch / data_size,
+          o.depth / model_size, o.depth};
+}
+
+// train_lm's default mesh for the rank count: data=2,seq=2,model=2 on 8 ranks, else data only.
+std::string default_lm_mesh(int ranks) { return ranks == 8 ? "data=2,seq=2,model=2" : "data=" + std::to_string(ranks); }
+
+Measured run_lm(const Options& o, int world_size) {
+  const MeshShape mesh_shape = MeshShape::parse(o.mesh.empty() ? default_lm_mesh(world_size) : o.mesh);
+  models::TransformerConfig config;
+  config.d_model = o.d_model;
+  config.heads = o.heads;
+  config.d_ff = o.d_ff;
+  config.layers = o.layers;
+  config.scan = o.scan;
+  const models::Transformer model{config};
+  const Shape tokens_shape = {o.batch, o.seq_len};
+  model.validate(mesh_shape, tokens_shape);
+  Mesh mesh = Mesh::world(mesh_shape);
+  const nn::ParamInfos infos = nn::abstract_init(model, mesh_shape, {}, tokens_shape);
+  const nn::Optimizer optimizer = nn::adam(1e-3);
+  nn::TrainState state = nn::create_train_state(nn::init_params(infos, mesh, o.seed), optimizer);
+  // Bytes drawn from the RNG (the step's time does not depend on the text).
+  const RngKey key = rng_key(o.seed, "bench_train/tokens");
+  const auto fill = [&](int shift) {
+    return [&, shift](const std::vector<std::int64_t>& at, const Shape& block) {
+      Tensor t(block, DType::i32);
+      std::int32_t* out = t.data<std::int32_t>();
+      for (std::int64_t r = 0; r < block[0]; ++r) {
+        for (std::int64_t c = 0; c < block[1]; ++c) {
+          const auto index = static_cast<std::uint64_t>((at[0] + r) * (o.seq_len + 1) + at[1] + c + shift);
+          out[r * block[1] + c] = static_cast<std::int32_t>(uniform_f64(key, index) * 256.0) & 255;
+        }
+      }
+      return t;
+    };
+  };
+  const Spec spec = models::Transformer::token_spec(mesh_shape);
+  const nn::Batch batch{ShardedTensor::from_block_fn(mesh, spec, tokens_shape, fill(0), "tokens"),
+                        ShardedTensor::from_block_fn(mesh, spec, tokens_shape, fill(1), "labels")};
+  const nn::LossFn loss_fn = [&](const nn::VarTree& params, const nn::Batch& b) {
+    return model.loss(nn::ParamView(params), b.x, *b.y);
+  };
+  const std::vector<double> ms = time_steps(o, state, optimizer, loss_fn, batch, nn::StepOptions{});
+
+  const double d = static_cast<double>(o.d_model), ff = static_cast<double>(o.d_ff), s = static_cast<double>(o.seq_len);
+  const double tokens = static_cast<double>(o.batch) * s;
+  const double forward = tokens * (o.layers * (8.0 * d * d + 4.0 * d * ff) + 2.0 * d * config.vocab) +
+                         static_cast<double>(o.batch) * o.layers * 4.0 * d * s * (s + 1) / 2;
+  const double flops_per_rank = 3.0 * forward / static_cast<double>(world_size);
+  // The MLP's up projection on one rank: [tokens / (data * seq), d_model] x [d_model, d_ff / model].
+  const auto size_of = [&](const char* axis) { return mesh_shape.has_axis(axis) ? mesh_shape.axis_size(axis) : 1; };
+  const std::int64_t token_shards = size_of(models::kDataAxis) * size_of(models::kSeqAxis);
+  const std::int64_t model_size = size_of(models::kModelAxis);
+  return {mesh_shape, ms, flops_per_rank, local_param_count(infos, mesh_shape), o.batch * o.seq_len / token_shards,
+          o.d_ff / model_size, o.d_model};
+}
+
+int run(const Options& o, int world_rank, int world_size) {
+  const bool root = world_rank == 0;
+  if (o.batch < 1 || o.depth < 1 || o.layers < 1) throw UsageError("--batch, --depth and --layers must be >= 1");
+  // The copy measurement indexes its buffer modulo its size and runs for --measure-seconds.
+  if (o.copy_mib < 1 || o.copy_mib > 65536) {
+    throw UsageError("--copy-mib must be between 1 and 65536, got " + std::to_string(o.copy_mib));
+  }
+  if (!(o.measure_seconds > 0 && o.measure_seconds <= 3600)) {
+    char got[32];
+    std::snprintf(got, sizeof got, "%g", o.measure_seconds);
+    throw UsageError(std::string("--measure-seconds must be > 0 and <= 3600, got ") + got);
+  }
+  if (o.steps < 1 || o.warmup < 0) throw UsageError("--steps must be >= 1 and --warmup >= 0");
+  if (o.model != "mlp" && o.model != "lm") throw UsageError("--model must be mlp or lm, got '" + o.model + "'");
+  if (o.seq_len < 1 || o.d_model < 1 || o.heads < 1 || o.d_ff < 1) {
+    throw UsageError("--seq-len, --d-model, --heads and --d-ff must be >= 1");
+  }
+  const Measured w = o.model == "mlp" ? run_mlp(o, world_size) : run_lm(o, world_size);
+  const MeshShape& mesh_shape = w.mesh;
+  const std::vector<double>& ms = w.ms;
+  const double flops_per_rank = w.flops_per_rank;
+  const double bytes_per_rank = 28.0 * w.local_params;
+  const std::int64_t m = w.m, n = w.n, k = w.k;
   const double gemm_rate = measure_gemm_rate(m, n, k, o.measure_seconds);
   const double copy_bw = measure_copy_bandwidth(static_cast<std::size_t>(o.copy_mib) << 20, o.measure_seconds);
   const double floor_ms = 1e3 * (flops_per_rank / gemm_rate + bytes_per_rank / copy_bw);
@@ -173,12 +266,20 @@ int run(const Options& o, int world_rank, int world_size) {
     std::printf("{\"bench\":\"copy\",\"ranks\":%d,\"mib\":%lld,\"gb_per_s_per_rank\":%.3f}\n", world_size,
                 static_cast<long long>(o.copy_mib),
                 copy_bw / 1e9);
+    char sizes[160];
+    if (o.model == "mlp") {
+      std::snprintf(sizes, sizeof sizes, "\"depth\":%lld", static_cast<long long>(o.depth));
+    } else {
+      std::snprintf(sizes, sizeof sizes, "\"seq_len\":%lld,\"d_model\":%lld,\"heads\":%lld,\"d_ff\":%lld",
+                    static_cast<long long>(o.seq_len), static_cast<long long>(o.d_model),
+                    static_cast<long long>(o.heads), static_cast<long long>(o.d_ff));
+    }
     std::printf(
-        "{\"bench\":\"train_step\",\"mesh\":\"%s\",\"ranks\":%d,\"batch\":%lld,\"layers\":%d,\"depth\":%lld,"
+        "{\"bench\":\"train_step\",\"model\":\"%s\",\"mesh\":\"%s\",\"ranks\":%d,\"batch\":%lld,\"layers\":%d,%s,"
         "\"scan\":%s,\"steps\":%d,\"ms_median\":%.3f,\"ms_min\":%.3f,\"ms_max\":%.3f,\"floor_ms\":%.3f,"
         "\"ratio\":%.3f,\"gflop_per_rank\":%.4f,\"mb_per_rank\":%.3f}\n",
-        mesh_shape.to_string().c_str(), world_size, static_cast<long long>(o.batch), o.layers,
-        static_cast<long long>(o.depth), o.scan ? "true" : "false", o.steps, med,
+        o.model.c_str(), mesh_shape.to_string().c_str(), world_size, static_cast<long long>(o.batch), o.layers,
+        sizes, o.scan ? "true" : "false", o.steps, med,
         *std::min_element(ms.begin(), ms.end()), *std::max_element(ms.begin(), ms.end()), floor_ms, med / floor_ms,
         flops_per_rank / 1e9, bytes_per_rank / 1e6);
     std::fflush(stdout);
@@ -192,12 +293,20 @@ int main(int argc, char** argv) {
   tessera::Environment env(argc, argv);
   int size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  CLI::App app{"bench_train: median ms per train step of the tutorial MLP beside its floor"};
+  CLI::App app{"bench_train: median ms per train step of the tutorial MLP or train_lm's transformer beside its floor"};
   Options o;
-  app.add_option("--mesh", o.mesh, "mesh axes data=..,model=.. (default: model 4, 2 or 1 by rank count)");
-  app.add_option("--batch", o.batch, "global batch size")->capture_default_str();
-  app.add_option("--layers", o.layers, "number of DotReluDot layers")->capture_default_str();
-  app.add_option("--depth", o.depth, "width of the layers")->capture_default_str();
+  app.add_option("--model", o.model, "mlp (the tutorial's MLP) or lm (train_lm's transformer)")->capture_default_str();
+  app.add_option("--mesh", o.mesh,
+                 "mesh axes name=size,... (default: mlp data=..,model= 4, 2 or 1 by rank count; lm "
+                 "data=2,seq=2,model=2 on 8 ranks, else data=<ranks>)");
+  app.add_option("--batch", o.batch, "global batch size (lm: sequences)")->capture_default_str();
+  app.add_option("--layers", o.layers, "number of layers (DotReluDot layers or transformer blocks)")
+      ->capture_default_str();
+  app.add_option("--depth", o.depth, "mlp: width of the layers")->capture_default_str();
+  app.add_option("--seq-len", o.seq_len, "lm: bytes per sequence")->capture_default_str();
+  app.add_option("--d-model", o.d_model, "lm: model width")->capture_default_str();
+  app.add_option("--heads", o.heads, "lm: attention heads")->capture_default_str();
+  app.add_option("--d-ff", o.d_ff, "lm: MLP width")->capture_default_str();
   app.add_flag("--scan", o.scan, "stacked layers run by a scan");
   app.add_option("--steps", o.steps, "timed steps (median reported)")->capture_default_str();
   app.add_option("--warmup", o.warmup, "untimed steps first")->capture_default_str();
