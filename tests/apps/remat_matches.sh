@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# remat_matches.sh WORKDIR COMMAND...: COMMAND (train_mlp under mpirun) trains without and with
+# remat_matches.sh WORKDIR COMMAND...: COMMAND (train_mlp or train_lm under mpirun) trains without and with
 # --remat from the same seed; the losses must be identical bit for bit (printed with 17 digits),
 # every step's peak of tensor storage lower with --remat, and --remat must send more bytes (each
 # layer's forward collectives run again in the backward pass).
@@ -9,7 +9,7 @@ shift
 rm -rf "$work" && mkdir -p "$work"
 "$@" --metrics "$work/plain.jsonl" >"$work/plain.out" || { echo "FAIL: plain run" >&2; cat "$work/plain.out" >&2; exit 1; }
 "$@" --remat --metrics "$work/remat.jsonl" >"$work/remat.out" || { echo "FAIL: remat run" >&2; cat "$work/remat.out" >&2; exit 1; }
-grep -q "remat per layer" "$work/remat.out" || { echo "FAIL: the remat run does not announce it" >&2; exit 1; }
+grep -q "remat per \(layer\|block\)" "$work/remat.out" || { echo "FAIL: the remat run does not announce it" >&2; exit 1; }
 /usr/bin/python3 - "$work/plain.jsonl" "$work/remat.jsonl" <<'PY'
 import json, sys
 plain = [json.loads(l) for l in open(sys.argv[1])]
