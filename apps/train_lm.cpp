@@ -14,6 +14,7 @@
 #include "apps/cli_main.h"
 #include "apps/run_support.h"
 #include "apps/step_profile.h"
+#include "core/buffer_pool.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "io/checkpoint_dir.h"
@@ -25,6 +26,7 @@
 #include "models/transformer.h"
 #include "nn/ops.h"
 #include "nn/optim.h"
+#include "nn/precision.h"
 #include "nn/shape_ops.h"
 #include "nn/train.h"
 
@@ -46,6 +48,8 @@ struct Options {
   int layers = 4;
   bool fsdp = false;
   bool scan = false;
+  std::string dtype = "f32";  // compute dtype: f32, or bf16 (f32 parameters and Adam, bf16 compute)
+  bool remat = false;         // rematerialise each block
   std::int64_t steps = 300;
   double lr = 3e-3;
   std::uint64_t seed = 0;
@@ -279,7 +283,10 @@ std::string printable(const std::string& bytes) {
 // give a figure instead of an overflow: parameters, gradients and Adam's two moments (4 x the
 // local parameter bytes); per block the activations the backward pass keeps (about 8 residual-
 // width tensors, 8 of the heads' width, 3 of d_ff's and 3 attention score matrices per rank);
-// the logits (3 copies). A lower bound of the peak, so a refusal is certain not to fit.
+// the logits (3 copies). Activations take the compute dtype's bytes (the f32 softmax aside);
+// with --remat the tape keeps one residual-width tensor per block plus one block's activations
+// while it is recomputed; bf16 adds the weights' bf16 copies (half the parameter bytes). A lower
+// bound of the peak, so a refusal is certain not to fit.
 double estimate_bytes_per_rank(const Options& o, const nn::ParamInfos& infos, const MeshShape& mesh) {
   double params = 0;
   for (const auto& info : infos) {
@@ -296,7 +303,10 @@ double estimate_bytes_per_rank(const Options& o, const nn::ParamInfos& infos, co
   const double scores = static_cast<double>(o.batch) / data * static_cast<double>(o.heads) / model *
                         static_cast<double>(o.seq_len) / seq * static_cast<double>(o.seq_len);
   const double per_block = 8 * rows * o.d_model + 8 * rows * o.d_model / model + 3 * rows * o.d_ff / model + 3 * scores;
-  return 4 * params + 4.0 * (o.layers * per_block + 3 * rows * 256 / model);
+  const bool bf16 = nn::Precision::parse(o.dtype).mixed();
+  const double act_bytes = bf16 ? 2.0 : 4.0;
+  const double kept = o.remat ? o.layers * rows * o.d_model + per_block : o.layers * per_block;
+  return 4 * params + (bf16 ? params / 2 : 0.0) + act_bytes * kept + 4.0 * 3 * rows * 256 / model;
 }
 
 int run(const Options& o, int world_rank) {
@@ -310,6 +320,8 @@ int run(const Options& o, int world_rank) {
   config.layers = o.layers;
   config.scan = o.scan;
   config.fsdp = o.fsdp;
+  config.bf16 = nn::Precision::parse(o.dtype).mixed();
+  config.remat = o.remat;
   const models::Transformer model{config};
   const Shape tokens_shape = {o.batch, o.seq_len};
   model.validate(mesh_shape, tokens_shape);
@@ -344,7 +356,9 @@ int run(const Options& o, int world_rank) {
   if (root) {
     std::cout << "train_lm: " << mesh.to_string() << " over " << mesh.size() << " ranks\n"
               << "model: byte-level transformer(layers=" << o.layers << ", d_model=" << o.d_model << ", heads=" << o.heads
-              << ", d_ff=" << o.d_ff << (o.scan ? ", scan" : "") << (o.fsdp ? ", fsdp" : "") << "), batch " << o.batch
+              << ", d_ff=" << o.d_ff << (o.scan ? ", scan" : "") << (o.fsdp ? ", fsdp" : "") << (o.remat ? ", remat per block" : "")
+              << "), dtype " << o.dtype << (config.bf16 ? " (f32 parameters and Adam moments, bf16 compute)" : "")
+              << ", batch " << o.batch
               << " x " << o.seq_len << " bytes, adam(lr=" << o.lr << ", 20 warmup steps, 1/sqrt decay), seed " << o.seed << "\n"
               << "data: " << source << ", " << text.size() << " bytes: " << splits.train.size() << " to train on, "
               << splits.heldout.size() << " held out\n\n"
@@ -377,6 +391,7 @@ int run(const Options& o, int world_rank) {
   nn::StepOptions step_options;
   step_options.times = &times;
   apps::RunProfile run_profile;
+  std::size_t run_peak_bytes = 0;  // rank 0's peak of tensor storage over the steps
   const auto run_start = std::chrono::steady_clock::now();
   std::int64_t last_eval = -1;
   double last_heldout = 0;
@@ -387,8 +402,11 @@ int run(const Options& o, int world_rank) {
     checkpoint_dir::test_kill_point("step" + std::to_string(step + 1), world_rank);  // fault tests only
     CommStats::global().reset();  // this step's records only
     const double comm_before = CommStats::global().seconds();
+    reset_peak_tensor_bytes();  // this step's peak of tensor storage
     const auto start = std::chrono::steady_clock::now();
     const double loss = nn::train_step(state, optimizer, loss_fn, batch, step_options);
+    const std::size_t peak_bytes = peak_tensor_bytes();
+    run_peak_bytes = std::max(run_peak_bytes, peak_bytes);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const apps::StepProfile profile = apps::profile_step(
         mesh.comm().handle(),
@@ -418,7 +436,7 @@ int run(const Options& o, int world_rank) {
           std::snprintf(line, sizeof line, ",\"heldout_loss\":%.17g", *heldout);
           metrics << line;
         }
-        metrics << apps::metrics_fields(profile) << "}\n" << std::flush;
+        metrics << apps::metrics_fields(profile) << ",\"peak_tensor_bytes\":" << peak_bytes << "}\n" << std::flush;
       }
     }
     if (heldout) report_heldout(state.step, *heldout);
@@ -441,6 +459,10 @@ int run(const Options& o, int world_rank) {
     std::printf("\ntrained to step %lld in %.1f s; held-out loss %.4f nats/byte (%.3f bits/byte)\n",
                 static_cast<long long>(state.step), train_seconds, last_heldout, last_heldout / std::log(2.0));
     if (!o.quiet && run_profile.steps() > 0) std::cout << '\n' << run_profile.table();
+    if (run_profile.steps() > 0) {
+      std::printf("peak tensor storage per step (rank 0): %zu bytes (%.2f MiB)\n", run_peak_bytes,
+                  static_cast<double>(run_peak_bytes) / (1 << 20));
+    }
   }
   if (o.sample_bytes > 0) {
     const std::string sample = sample_text(o, model, state.params, mesh);
@@ -468,6 +490,12 @@ int main(int argc, char** argv) {
   app.add_option("--layers", o.layers, "transformer blocks")->capture_default_str();
   app.add_flag("--fsdp", o.fsdp, "split every weight's d_model dimension over data (gathered before use)");
   app.add_flag("--scan", o.scan, "stacked blocks with a leading layers dimension, run by a scan");
+  app.add_option("--dtype", o.dtype,
+                 "compute dtype: f32, or bf16 (f32 parameters and Adam moments; bf16 matmuls, activations and "
+                 "collectives; softmax and loss in f32)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
+  app.add_flag("--remat", o.remat, "recompute each block's forward pass in the backward pass instead of keeping its activations");
   app.add_option("--steps", o.steps, "train until this step")->capture_default_str();
   app.add_option("--lr", o.lr, "peak Adam learning rate (linear warmup over 20 steps, then decay as "
                                "1/sqrt(step))")

@@ -15,12 +15,14 @@
 #include "io/checkpoint_dir.h"
 #include "io/directory_lock.h"
 #include "io/train_state_io.h"
+#include "core/buffer_pool.h"
 #include "core/error.h"
 #include "mesh/environment.h"
 #include "mesh/mesh.h"
 #include "models/mlp.h"
 #include "nn/ops.h"
 #include "nn/optim.h"
+#include "nn/precision.h"
 #include "nn/train.h"
 
 namespace {
@@ -49,6 +51,8 @@ struct Options {
   bool overwrite = false;
   std::string metrics;
   bool quiet = false;
+  std::string dtype = "f32";  // compute dtype (nn::Precision): parameters and Adam stay f32
+  bool remat = false;         // rematerialise each layer (nn::remat)
 };
 
 // The flags that fix the model and the data, stored in checkpoints.
@@ -57,7 +61,7 @@ std::string config_json(const Options& o) {
   s << "{\"program\":\"train_mlp\",\"batch\":" << o.batch << ",\"layers\":" << o.layers << ",\"depth\":" << o.depth
     << ",\"scan\":" << (o.scan ? "true" : "false") << ",\"logical\":" << (o.logical ? "true" : "false")
     << ",\"rules\":\"" << o.rules << "\",\"lr\":" << o.lr << ",\"loss\":\"" << o.loss << "\",\"input\":\""
-    << o.input << "\",\"examples\":" << o.examples << ",\"seed\":" << o.seed << ",\"microbatches\":" << o.microbatches << "}";
+    << o.input << "\",\"examples\":" << o.examples << ",\"seed\":" << o.seed << ",\"microbatches\":" << o.microbatches << ",\"dtype\":\"" << o.dtype << "\"}";
   return s.str();
 }
 
@@ -109,7 +113,9 @@ void validate_setup(const Options& o, const nn::ParamInfos& infos, const MeshSha
 // give a figure instead of an overflow (the estimate runs before anything is allocated):
 //   parameters, gradients and Adam's two moments: 4 x the local parameter bytes;
 //   activations kept for the backward pass: per layer x, x@W1, relu(x@W1) and their product
-//     with W2, each at most a local batch block of depth columns: 4 x layers x rows x depth;
+//     with W2, each at most a local batch block of depth columns: 4 x layers x rows x depth
+//     elements of the compute dtype; with --remat one block per layer plus one layer's four
+//     (recomputed in the backward pass); with bf16 also the parameters' bf16 copies;
 //   buffers: the batch (input and targets, 2 blocks), one gathered parameter (the picture of
 //     layer 0, the inference output) and the collectives' staging copy of the largest block.
 // It is a lower bound of the peak (the allocator, MPI and HDF5 add their own), so a refusal is
@@ -131,8 +137,11 @@ double estimate_bytes_per_rank(const Options& o, const nn::ParamInfos& infos, co
     largest_global = std::max(largest_global, info.shape.size() == 3 ? global / info.shape[0] : global);
   }
   const double rows = static_cast<double>(o.batch) / shard_count(x_spec.padded(2), mesh, 0);
-  const double block = rows * static_cast<double>(o.depth) * 4.0;  // f32 activations
-  return 4 * params + 4.0 * o.layers * block + 2 * block + largest_global + largest_local;
+  const nn::Precision precision = nn::Precision::parse(o.dtype);
+  const double block = rows * static_cast<double>(o.depth) * static_cast<double>(dtype_size(precision.compute));
+  const double activations = o.remat ? (o.layers + 4.0) * block : 4.0 * o.layers * block;
+  const double casts = precision.mixed() ? params * dtype_size(precision.compute) / dtype_size(precision.param) : 0;
+  return 4 * params + casts + activations + 2 * block + largest_global + largest_local;
 }
 
 // Refuses, before anything is allocated, a model whose estimate exceeds this rank's share.
@@ -143,6 +152,7 @@ void check_memory(const Options& o, const nn::ParamInfos& infos, const MeshShape
 int run(const Options& o, int world_rank) {
   const bool root = world_rank == 0;
   validate_flags(o);
+  const nn::Precision precision = nn::Precision::parse(o.dtype);
   const MeshShape mesh_shape = MeshShape::parse(o.mesh);
   const Rules rules = parse_rules(o.rules);
   validate_rules(rules, mesh_shape);
@@ -182,7 +192,9 @@ int run(const Options& o, int world_rank) {
     std::cout << "train_mlp: " << mesh.to_string() << " over " << mesh.size() << " ranks\n"
               << "model: MLP(layers=" << o.layers << ", depth=" << o.depth << (o.scan ? ", scan" : "")
               << (o.logical ? ", logical rules " + to_string(rules) : "") << "), batch " << o.batch << ", loss "
-              << o.loss << ", input " << o.input << ", adam(lr=" << o.lr << "), seed " << o.seed << "\n\n"
+              << o.loss << ", input " << o.input << ", adam(lr=" << o.lr << "), seed " << o.seed << ", dtype "
+              << o.dtype << (precision.mixed() ? " (f32 parameters and Adam moments, bf16 compute)" : "")
+              << (o.remat ? ", remat per layer" : "") << "\n\n"
               << apps::parameter_table(infos, mesh_shape) << '\n';
   }
 
@@ -196,9 +208,15 @@ int run(const Options& o, int world_rank) {
   const std::string pictures = first_picture(state.params, "Dense_0/kernel") + first_picture(state.params, "W2");
   if (root) std::cout << pictures << '\n';
 
-  const models::ApplyContext ctx{rules};
+  models::ApplyContext ctx{rules};
+  ctx.remat = o.remat;
+  // The forward pass under the precision policy: parameters and input cast to the compute dtype,
+  // the output cast back to f32 for the loss.
+  const auto forward = [&](const nn::VarTree& params, const nn::Var& x) {
+    return precision.cast_output(model.apply(nn::ParamView(precision.cast_params(params)), ctx, precision.cast_input(x)));
+  };
   const nn::LossFn loss_fn = [&](const nn::VarTree& params, const nn::Batch& batch) {
-    return data.loss(model.apply(nn::ParamView(params), ctx, nn::Var(batch.x)), batch);
+    return data.loss(forward(params, nn::Var(batch.x)), batch);
   };
   nn::StepOptions step_options;
   step_options.microbatches = o.microbatches;
@@ -214,15 +232,19 @@ int run(const Options& o, int world_rank) {
   nn::StepTimes times;
   step_options.times = &times;
   apps::RunProfile run_profile;
+  std::size_t run_peak_bytes = 0;  // rank 0's peak of tensor storage over the steps
   while (state.step < o.steps) {
     const std::int64_t step = state.step;
     const nn::Batch batch = data.batch(step);
     checkpoint_dir::test_kill_point("step" + std::to_string(step + 1), world_rank);  // fault tests only
     CommStats::global().reset();  // this step's records only
+    reset_peak_tensor_bytes();    // this step's peak of tensor storage
     const double comm_before = CommStats::global().seconds();
     const auto start = std::chrono::steady_clock::now();
     const double loss = nn::train_step(state, optimizer, loss_fn, batch, step_options);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const std::size_t peak_bytes = peak_tensor_bytes();
+    run_peak_bytes = std::max(run_peak_bytes, peak_bytes);
     const apps::StepProfile profile = apps::profile_step(
         mesh.comm().handle(),
         {seconds, CommStats::global().seconds() - comm_before, times.optimizer_seconds, times.optimizer_comm_seconds},
@@ -238,7 +260,8 @@ int run(const Options& o, int world_rank) {
         char line[256];
         std::snprintf(line, sizeof line, "{\"step\":%lld,\"loss\":%.17g,\"ms\":%.3f,\"samples_per_s\":%.3f",
                       static_cast<long long>(step + 1), loss, ms, samples_per_s);
-        metrics << line << apps::metrics_fields(profile) << "}\n" << std::flush;
+        metrics << line << apps::metrics_fields(profile) << ",\"peak_tensor_bytes\":" << peak_bytes << "}\n"
+                << std::flush;
       }
     }
     if (!o.ckpt_dir.empty() && o.save_every > 0 && state.step % o.save_every == 0) {
@@ -253,12 +276,14 @@ int run(const Options& o, int world_rank) {
   }
 
   // Inference on the next batch: the output keeps the sharding the layers give it.
-  ShardedTensor out = nn::infer_step(
-      state.params, [&](const nn::VarTree& params, const nn::Var& x) { return model.apply(nn::ParamView(params), ctx, x); },
-      data.batch(state.step).x);
+  ShardedTensor out = nn::infer_step(state.params, forward, data.batch(state.step).x);
   out.set_name("output");
   if (root) std::cout << "\ninference output: " << out.picture();
   if (root && !o.quiet && run_profile.steps() > 0) std::cout << '\n' << run_profile.table();
+  if (root && run_profile.steps() > 0) {
+    std::printf("peak tensor storage per step (rank 0): %zu bytes (%.2f MiB)\n", run_peak_bytes,
+                static_cast<double>(run_peak_bytes) / (1 << 20));
+  }
   return 0;
 }
 
@@ -297,5 +322,10 @@ int main(int argc, char** argv) {
                "delete the checkpoints already in --ckpt-dir and start over (a run without it refuses them)");
   app.add_option("--metrics", o.metrics, "write one JSON object per step to FILE (default: none)");
   app.add_flag("--quiet", o.quiet, "no progress line per step");
+  app.add_option("--dtype", o.dtype,
+                 "compute dtype: f32, or bf16 (f32 parameters and Adam moments, bf16 activations and collectives)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
+  app.add_flag("--remat", o.remat, "recompute each layer's forward pass in the backward pass instead of keeping its activations");
   return tessera::apps::parse_and_run("train_mlp", app, argc, argv, [&](int rank) { return run(o, rank); });
 }

@@ -1,8 +1,10 @@
 // all_reduce: MPI_Allreduce on the axes communicator, in chunks of at most 2^31 - 1 elements so
-// that huge tensors never overflow MPI's int counts. The rvalue overload reduces in place.
+// that huge tensors never overflow MPI's int counts (bf16: bf16_reduce.h, summed in f32). The
+// rvalue overload reduces in place.
 #include <algorithm>
 #include <climits>
 
+#include "collectives/bf16_reduce.h"
 #include "collectives/collectives.h"
 #include "collectives/comm_stats.h"
 #include "mesh/mpi_check.h"
@@ -12,6 +14,11 @@ namespace tessera {
 namespace {
 
 void reduce_chunks(const void* send, void* recv, const Tensor& shape_of, const Communicator& comm, ReduceOp op) {
+  if (shape_of.dtype() == DType::bf16) {
+    const void* in = send == MPI_IN_PLACE ? recv : send;
+    detail::all_reduce_bf16(static_cast<const bfloat16*>(in), static_cast<bfloat16*>(recv), shape_of.numel(), comm, op);
+    return;
+  }
   const MPI_Datatype type = mpi_datatype(shape_of.dtype());
   const MPI_Op mpi_op = op == ReduceOp::sum ? MPI_SUM : MPI_MAX;
   const std::size_t elem = dtype_size(shape_of.dtype());

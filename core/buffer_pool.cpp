@@ -3,6 +3,7 @@
 
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <unordered_map>
@@ -31,7 +32,23 @@ Pool& pool() {
   return *instance;
 }
 
+std::atomic<std::size_t> live_bytes{0};
+std::atomic<std::size_t> peak_bytes{0};
+
 }  // namespace
+
+void count_tensor_allocation(std::size_t bytes) noexcept {
+  const std::size_t now = live_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  std::size_t peak = peak_bytes.load(std::memory_order_relaxed);
+  while (now > peak && !peak_bytes.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
+void count_tensor_free(std::size_t bytes) noexcept { live_bytes.fetch_sub(bytes, std::memory_order_relaxed); }
+
+std::size_t live_tensor_bytes() { return live_bytes.load(std::memory_order_relaxed); }
+std::size_t peak_tensor_bytes() { return peak_bytes.load(std::memory_order_relaxed); }
+void reset_peak_tensor_bytes() { peak_bytes.store(live_bytes.load(std::memory_order_relaxed), std::memory_order_relaxed); }
 
 void* pool_allocate(std::size_t bytes) {
   if (bytes >= kMinCached) {

@@ -14,4 +14,16 @@ void pool_free(void* p, std::size_t bytes) noexcept;
 // Bytes held by the cache now.
 std::size_t pool_cached_bytes();
 
+// Tensor storage accounting: the bytes of every Tensor buffer allocated and not yet freed in
+// this process (each rounded up to 64 bytes; the cache above is not counted), and the highest
+// value it has reached since reset_peak_tensor_bytes() (which sets the peak to the live bytes).
+// A function of the program alone, not of the allocator or the machine, so tests can assert it
+// (remat's peak memory, tests/nn/remat_test.cpp).
+std::size_t live_tensor_bytes();
+std::size_t peak_tensor_bytes();
+void reset_peak_tensor_bytes();
+// Called by Tensor for every buffer it allocates and frees.
+void count_tensor_allocation(std::size_t bytes) noexcept;
+void count_tensor_free(std::size_t bytes) noexcept;
+
 }  // namespace tessera

@@ -1,4 +1,5 @@
-// Element types of tensors.
+// Element types of tensors. bf16 is a storage and communication type (2 bytes): kernels compute
+// it in f32 and round the result (core/bfloat16.h).
 #pragma once
 
 #include <cstddef>
@@ -6,14 +7,18 @@
 #include <string>
 #include <string_view>
 
+#include "core/bfloat16.h"
+
 namespace tessera {
 
-enum class DType : std::uint8_t { f32, f64, i32 };
+enum class DType : std::uint8_t { f32, f64, i32, bf16 };
 
 std::size_t dtype_size(DType dtype);
 std::string_view dtype_name(DType dtype);
-// Parses "f32", "f64" or "i32"; throws SpecError otherwise.
+// Parses "f32", "f64", "i32" or "bf16"; throws SpecError otherwise.
 DType parse_dtype(std::string_view name);
+// f32, f64 or bf16.
+constexpr bool is_floating(DType dtype) { return dtype != DType::i32; }
 
 template <class T>
 struct dtype_of;
@@ -29,10 +34,15 @@ template <>
 struct dtype_of<std::int32_t> {
   static constexpr DType value = DType::i32;
 };
+template <>
+struct dtype_of<bfloat16> {
+  static constexpr DType value = DType::bf16;
+};
 template <class T>
 inline constexpr DType dtype_of_v = dtype_of<T>::value;
 
-// Calls f(T{}) with T the C++ type of dtype.
+// Calls f(T{}) with T the C++ type of dtype (bfloat16 for bf16: arithmetic on it converts to
+// float, so generic code computes in f32 and rounds where it stores).
 template <class F>
 decltype(auto) dispatch_dtype(DType dtype, F&& f) {
   switch (dtype) {
@@ -42,6 +52,8 @@ decltype(auto) dispatch_dtype(DType dtype, F&& f) {
       return f(double{});
     case DType::i32:
       return f(std::int32_t{});
+    case DType::bf16:
+      return f(bfloat16{});
   }
   return f(float{});
 }

@@ -1,5 +1,7 @@
 // Local compute kernels. The matrix product goes through Eigen's GEMM on row-major maps (no
-// copies for transposed operands); the rest are plain loops the compiler vectorizes.
+// copies for transposed operands); the rest are plain loops the compiler vectorizes. bf16
+// operands are converted to f32, computed in f32 and the result rounded once (f32 accumulation
+// in GEMMs and reductions, one rounding per element for elementwise ops).
 #include "core/kernels.h"
 
 #include <Eigen/Core>
@@ -21,10 +23,14 @@ template <class T>
 using MutMap = Eigen::Map<RowMatrix<T>>;
 
 void require_float(const Tensor& x, const char* what) {
-  if (x.dtype() != DType::f32 && x.dtype() != DType::f64) {
-    throw ShapeError(std::string(what) + ": expected a f32 or f64 tensor, got " + std::string(dtype_name(x.dtype())));
+  if (!is_floating(x.dtype())) {
+    throw ShapeError(std::string(what) + ": expected a f32, f64 or bf16 tensor, got " + std::string(dtype_name(x.dtype())));
   }
 }
+
+bool is_bf16(const Tensor& x) { return x.dtype() == DType::bf16; }
+Tensor to_f32(const Tensor& x) { return x.astype(DType::f32); }
+Tensor to_bf16(const Tensor& x) { return x.astype(DType::bf16); }
 
 template <class F>
 decltype(auto) dispatch_float(DType dtype, F&& f) {
@@ -51,6 +57,13 @@ void batched_gemm(const Tensor& a, const Tensor& b, Tensor& c, std::int64_t batc
   if (a.numel() != batch * m * k || b.numel() != batch * k * n || c.numel() != batch * m * n) {
     throw ShapeError("gemm: element counts do not match [" + std::to_string(batch) + ", " + std::to_string(m) + ", " +
                      std::to_string(n) + ", " + std::to_string(k) + "]");
+  }
+  if (is_bf16(a)) {
+    // f32 operands and accumulator; the product is rounded to bf16 once, at the end.
+    Tensor c32 = accumulate ? to_f32(c) : Tensor::empty(c.shape(), DType::f32);
+    batched_gemm(to_f32(a), to_f32(b), c32, batch, m, n, k, trans_a, trans_b, accumulate);
+    convert_f32_to_bf16(c32.data<float>(), c.data<bfloat16>(), static_cast<std::size_t>(c.numel()));
+    return;
   }
   dispatch_float(a.dtype(), [&](auto zero) {
     using T = decltype(zero);
@@ -96,7 +109,11 @@ Tensor permute_dims(const Tensor& in, const std::vector<int>& perm) {
   for (std::int64_t o = 0; o < out.numel(); o += inner) {
     std::int64_t base = 0;
     for (int d = 0; d < r - 1; ++d) base += index[d] * strides[d];
-    if (elem == 4) {
+    if (elem == 2) {
+      auto* s = reinterpret_cast<const std::uint16_t*>(src);
+      auto* t = reinterpret_cast<std::uint16_t*>(dst) + pos;
+      for (std::int64_t j = 0; j < inner; ++j) t[j] = s[base + j * inner_stride];
+    } else if (elem == 4) {
       auto* s = reinterpret_cast<const std::uint32_t*>(src);
       auto* t = reinterpret_cast<std::uint32_t*>(dst) + pos;
       for (std::int64_t j = 0; j < inner; ++j) t[j] = s[base + j * inner_stride];
@@ -134,6 +151,7 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
     throw ShapeError("binary op: dtypes " + std::string(dtype_name(a.dtype())) + " and " +
                      std::string(dtype_name(b.dtype())) + " differ");
   }
+  if (is_bf16(a)) return to_bf16(binary(op, to_f32(a), to_f32(b)));
   Shape out_shape = broadcast_shapes(a.shape(), b.shape());
   Tensor out = Tensor::empty(out_shape, a.dtype());
   dispatch_float(a.dtype(), [&](auto zero) {
@@ -224,6 +242,7 @@ Tensor sum_to_shape(const Tensor& x, const Shape& shape) {
 
 Tensor unary(UnaryOp op, const Tensor& x) {
   require_float(x, "unary op");
+  if (is_bf16(x)) return to_bf16(unary(op, to_f32(x)));
   Tensor out = Tensor::empty(x.shape(), x.dtype());
   dispatch_float(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
@@ -268,6 +287,7 @@ Tensor unary(UnaryOp op, const Tensor& x) {
 
 Tensor affine(const Tensor& x, double scale, double shift) {
   require_float(x, "affine");
+  if (is_bf16(x)) return to_bf16(affine(to_f32(x), scale, shift));
   Tensor out = Tensor::empty(x.shape(), x.dtype());
   dispatch_float(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
@@ -282,6 +302,7 @@ Tensor affine(const Tensor& x, double scale, double shift) {
 Tensor axpy(const Tensor& a, double scale, const Tensor& b) {
   require_float(a, "axpy");
   if (a.shape() != b.shape() || a.dtype() != b.dtype()) throw ShapeError("axpy: operands differ in shape or dtype");
+  if (is_bf16(a)) return to_bf16(axpy(to_f32(a), scale, to_f32(b)));
   Tensor out = Tensor::empty(a.shape(), a.dtype());
   dispatch_float(a.dtype(), [&](auto zero) {
     using T = decltype(zero);
@@ -299,6 +320,12 @@ void add_inplace(Tensor& a, const Tensor& b) {
   if (a.shape() != b.shape() || a.dtype() != b.dtype()) {
     throw ShapeError("add_inplace: " + shape_to_string(a.shape()) + " and " + shape_to_string(b.shape()) + " differ");
   }
+  if (is_bf16(a)) {
+    bfloat16* pa = a.data<bfloat16>();
+    const bfloat16* pb = b.data<bfloat16>();
+    for (std::int64_t i = 0; i < a.numel(); ++i) pa[i] = bfloat16(float(pa[i]) + float(pb[i]));
+    return;
+  }
   dispatch_float(a.dtype(), [&](auto zero) {
     using T = decltype(zero);
     T* pa = a.data<T>();
@@ -312,6 +339,7 @@ namespace {
 template <bool IsMax>
 Tensor reduce(const Tensor& x, const std::vector<int>& dims, bool keepdims) {
   require_float(x, "reduce");
+  if (is_bf16(x)) return to_bf16(reduce<IsMax>(to_f32(x), dims, keepdims));  // f32 accumulators
   const int r = x.ndim();
   std::vector<bool> reduced(r, false);
   for (int d : dims) {

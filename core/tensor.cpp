@@ -10,37 +10,6 @@
 
 namespace tessera {
 
-std::size_t dtype_size(DType dtype) {
-  switch (dtype) {
-    case DType::f32:
-      return 4;
-    case DType::f64:
-      return 8;
-    case DType::i32:
-      return 4;
-  }
-  return 0;
-}
-
-std::string_view dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::f32:
-      return "f32";
-    case DType::f64:
-      return "f64";
-    case DType::i32:
-      return "i32";
-  }
-  return "?";
-}
-
-DType parse_dtype(std::string_view name) {
-  if (name == "f32") return DType::f32;
-  if (name == "f64") return DType::f64;
-  if (name == "i32") return DType::i32;
-  throw SpecError("unknown dtype '" + std::string(name) + "' (expected f32, f64 or i32)");
-}
-
 std::int64_t numel(const Shape& shape) {
   std::int64_t n = 1;
   for (auto d : shape) n = checked_mul<std::int64_t>(n, d, "element count");
@@ -61,13 +30,18 @@ std::vector<std::int64_t> row_major_strides(const Shape& shape) {
   return strides;
 }
 
-void Tensor::Free::operator()(std::byte* p) const noexcept { pool_free(p, bytes); }
+void Tensor::Free::operator()(std::byte* p) const noexcept {
+  if (p == nullptr) return;
+  count_tensor_free(bytes);
+  pool_free(p, bytes);
+}
 
 std::unique_ptr<std::byte[], Tensor::Free> Tensor::allocate(std::size_t bytes, bool zero) {
   constexpr std::size_t alignment = 64;
   std::size_t rounded = std::max<std::size_t>(alignment, (bytes + alignment - 1) / alignment * alignment);
   auto* p = static_cast<std::byte*>(pool_allocate(rounded));
   if (p == nullptr) throw Error("Tensor: cannot allocate " + std::to_string(bytes) + " bytes");
+  count_tensor_allocation(rounded);
   if (zero) std::memset(p, 0, rounded);
   return std::unique_ptr<std::byte[], Free>(p, Free{rounded});
 }
@@ -160,7 +134,16 @@ Tensor Tensor::reshaped(Shape shape) && {
 
 Tensor Tensor::astype(DType dtype) const {
   if (dtype == dtype_) return *this;
-  Tensor out(shape_, dtype);
+  Tensor out = Tensor::empty(shape_, dtype);  // every element is written below
+  const auto n = static_cast<std::size_t>(numel_);
+  if (dtype_ == DType::f32 && dtype == DType::bf16) {
+    convert_f32_to_bf16(data<float>(), out.data<bfloat16>(), n);
+    return out;
+  }
+  if (dtype_ == DType::bf16 && dtype == DType::f32) {
+    convert_bf16_to_f32(data<bfloat16>(), out.data<float>(), n);
+    return out;
+  }
   dispatch_dtype(dtype_, [&](auto from_zero) {
     using From = decltype(from_zero);
     dispatch_dtype(dtype, [&](auto to_zero) {

@@ -40,6 +40,8 @@ hid_t memory_type(DType dtype) {
       return H5T_NATIVE_DOUBLE;
     case DType::i32:
       return H5T_NATIVE_INT32;
+    case DType::bf16:
+      return H5T_NATIVE_UINT16;
   }
   return H5T_NATIVE_FLOAT;
 }
@@ -52,15 +54,18 @@ hid_t file_type(DType dtype) {
       return H5T_IEEE_F64LE;
     case DType::i32:
       return H5T_STD_I32LE;
+    case DType::bf16:
+      return H5T_STD_U16LE;  // the bf16 bits; the dataset's dtype attribute says "bf16"
   }
   return H5T_IEEE_F32LE;
 }
 
 bool type_matches(hid_t dataset_type, DType dtype) {
-  const H5T_class_t want_class = dtype == DType::i32 ? H5T_INTEGER : H5T_FLOAT;
+  const H5T_class_t want_class = dtype == DType::i32 || dtype == DType::bf16 ? H5T_INTEGER : H5T_FLOAT;
   if (H5Tget_class(dataset_type) != want_class) return false;
   if (H5Tget_size(dataset_type) != dtype_size(dtype)) return false;
-  if (want_class == H5T_INTEGER && H5Tget_sign(dataset_type) != H5T_SGN_2) return false;
+  const H5T_sign_t want_sign = dtype == DType::bf16 ? H5T_SGN_NONE : H5T_SGN_2;
+  if (want_class == H5T_INTEGER && H5Tget_sign(dataset_type) != want_sign) return false;
   return true;
 }
 

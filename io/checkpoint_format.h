@@ -3,7 +3,9 @@
 // the README agree:
 //   root:     format, format_version, step, seed, config, mesh_axis_names, mesh_axis_sizes, mesh
 //   /<path>:  one dataset per array with its GLOBAL shape and HDF5 element type; attributes
-//             spec (JAX text), logical_names (string array), dtype ("f32", "f64", "i32").
+//             spec (JAX text), logical_names (string array), dtype ("f32", "f64", "i32",
+//             "bf16"). bf16 is stored as its bits, H5T_STD_U16LE, with dtype "bf16": h5py and
+//             h5dump read the bits losslessly; f32 = (uint32(bits) << 16) viewed as float32.
 //   chunks:   the saved spec's block shape, Fletcher32 per chunk; scalars are compact datasets
 //             (kept in the object header, whose checksum covers them).
 //   digest:   (version 2) every chunked dataset's attribute chunk_fletcher32: the Fletcher32 of
@@ -62,10 +64,12 @@ void validate_array_path(const std::string& path);
 // The HDF5 name of an array's dataset: "/" + path.
 inline std::string dataset_name(const std::string& path) { return "/" + path; }
 
-// The HDF5 type of an element in memory (native) and in the file (little-endian standard).
+// The HDF5 type of an element in memory (native) and in the file (little-endian standard; bf16:
+// its 16 bits as H5T_STD_U16LE).
 hid_t memory_type(DType dtype);
 hid_t file_type(DType dtype);
-// True when the dataset's HDF5 type is the file type of `dtype` (class, size, sign).
+// True when the dataset's HDF5 type is the file type of `dtype` (class, size, sign). For bf16 the
+// reader also checks the dtype attribute (a plain uint16 dataset is not bf16).
 bool type_matches(hid_t dataset_type, DType dtype);
 
 // HDF5 stores a filtered chunk's size in 32 bits; Fletcher32 adds 4 bytes to each chunk.

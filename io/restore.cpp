@@ -92,6 +92,13 @@ H5Handle open_validated(hid_t file, const std::string& path, const CheckpointArr
     throw IoError(context + ": dtype is " + saved + " in the file, " + std::string(dtype_name(want.dtype())) +
                   " wanted");
   }
+  if (want.dtype() == DType::bf16) {
+    // bf16 is stored as uint16: only the dtype attribute tells its bits from integers.
+    const std::string saved = format::has_attribute(dataset.get(), format::attr_dtype, context)
+                                  ? format::read_string_attribute(dataset.get(), format::attr_dtype, context)
+                                  : std::string("u16 (no dtype attribute)");
+    if (saved != dtype_name(DType::bf16)) throw IoError(context + ": dtype is " + saved + " in the file, bf16 wanted");
+  }
   const Shape shape = format::dataset_shape(dataset.get(), context);
   if (shape != want.global_shape()) {
     throw IoError(context + ": global shape is " + shape_to_string(shape) + " in the file, " +

@@ -5,6 +5,7 @@
 #include "models/stacking.h"
 #include "nn/einsum.h"
 #include "nn/ops.h"
+#include "nn/remat.h"
 
 namespace tessera::models {
 
@@ -92,15 +93,25 @@ void MLP::declare(const ParamDecl& decl, const Shape& input) const {
 }
 
 Var MLP::apply(const ParamView& params, const ApplyContext& ctx, const Var& x) const {
+  // One layer, rematerialised when ctx.remat (the block owns copies of what it needs: it runs
+  // again in the backward pass).
+  auto run_layer = [&](int i, const Var& h, const Var& w1, const Var& w2) {
+    if (!ctx.remat) return layer().apply_weights(ctx, h, w1, w2);
+    BlockFn block = [one = layer(), ctx](const std::vector<Var>& a) { return one.apply_weights(ctx, a[0], a[1], a[2]); };
+    return remat_call(block, {h, w1, w2}, (scan ? "ScanDotReluDot_0/layer_" : "DotReluDot_") + std::to_string(i));
+  };
   Var h = x;
   if (!scan) {
-    for (int i = 0; i < num_layers; ++i) h = layer().apply(params.child("DotReluDot_" + std::to_string(i)), ctx, h);
+    for (int i = 0; i < num_layers; ++i) {
+      const ParamView p = params.child("DotReluDot_" + std::to_string(i));
+      h = run_layer(i, h, p.child("Dense_0").get("kernel"), p.get("W2"));
+    }
     return h;
   }
   const ParamView p = params.child("ScanDotReluDot_0");
   const Var& w1 = p.child("Dense_0").get("kernel");
   const Var& w2 = p.get("W2");
-  for (int i = 0; i < num_layers; ++i) h = layer().apply_weights(ctx, h, take_layer(w1, i), take_layer(w2, i));
+  for (int i = 0; i < num_layers; ++i) h = run_layer(i, h, take_layer(w1, i), take_layer(w2, i));
   return h;
 }
 

@@ -19,6 +19,9 @@ namespace tessera::models {
 // What a module's apply needs besides the parameters.
 struct ApplyContext {
   Rules rules;  // used by logical constraints
+  // Rematerialise each layer of an MLP (nn/remat.h): the tape keeps a layer's input and output
+  // only, and the backward pass recomputes its forward.
+  bool remat = false;
 };
 
 struct Dense {

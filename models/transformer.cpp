@@ -16,6 +16,8 @@
 #include "nn/losses.h"
 #include "nn/normalization.h"
 #include "nn/ops.h"
+#include "nn/precision.h"
+#include "nn/remat.h"
 
 namespace tessera::models {
 
@@ -121,6 +123,7 @@ void Transformer::validate(const MeshShape& mesh, const Shape& tokens) const {
                      " must be even (rotary embeddings rotate pairs)");
   }
   if (c.dtype != DType::f32 && c.dtype != DType::f64) throw UsageError("the transformer runs in f32 or f64");
+  if (c.bf16 && c.dtype != DType::f32) throw UsageError("bf16 compute needs f32 parameters");
   if (tokens.size() != 2 || tokens[0] < 1 || tokens[1] < 1) {
     throw ShapeError("the transformer's tokens are [batch, seq] with both >= 1, got " + shape_to_string(tokens));
   }
@@ -160,10 +163,19 @@ void Transformer::declare(const ParamDecl& decl, const Shape& tokens) const {
   }
 }
 
-Var Transformer::use_weight(const Var& w) const {
-  if (!config.fsdp) return w;
+namespace {
+
+// w with its FSDP split over data gathered (the gradient is reduce-scattered back by the tape).
+Var gather_over_data(const Var& w) {
   const Spec gathered = filter_axes(w.spec(), [](const std::string& axis) { return axis != kDataAxis; });
   return gathered == w.spec() ? w : reshard(w, gathered);
+}
+
+}  // namespace
+
+Var Transformer::use_weight(const Var& w) const {
+  const Var c = cast(w, config.compute_dtype());
+  return config.fsdp ? gather_over_data(c) : c;
 }
 
 BlockWeights Transformer::block_weights(const ParamView& params, int i) const {
@@ -193,14 +205,27 @@ Var Transformer::block(const Var& h, const BlockWeights& w) const {
 Var Transformer::logits(const ParamView& params, const ShardedTensor& tokens) const {
   const MeshShape& mesh = tokens.mesh().shape();
   const ShardedTensor ids = tokens.spec() == token_spec(mesh) ? tokens : tessera::reshard(tokens, token_spec(mesh));
-  Var h = with_sharding_constraint(embed(use_weight(params.get("embed")), ids), activation_spec(mesh));
-  for (int i = 0; i < config.layers; ++i) h = block(h, block_weights(params, i));
+  // The lookup (and its scatter-add of gradients) in the parameters' dtype; its partial sum over
+  // the vocabulary's axes is resolved in the compute dtype.
+  const Var table = config.fsdp ? gather_over_data(params.get("embed")) : params.get("embed");
+  Var h = with_sharding_constraint(cast(embed(table, ids), config.compute_dtype()), activation_spec(mesh));
+  for (int i = 0; i < config.layers; ++i) {
+    const BlockWeights w = block_weights(params, i);
+    if (!config.remat) {
+      h = block(h, w);
+      continue;
+    }
+    h = remat_call([this](const std::vector<Var>& in) {
+          return block(in[0], BlockWeights{in[1], in[2], in[3], in[4], in[5], in[6], in[7], in[8]});
+        },
+        {h, w.attn_norm, w.w_q, w.w_k, w.w_v, w.w_o, w.mlp_norm, w.w_up, w.w_down}, "block_" + std::to_string(i));
+  }
   h = rmsnorm(h, use_weight(params.get("final_norm")), config.norm_eps);
   return einsum("bsd,dv->bsv", h, use_weight(params.get("unembed")));
 }
 
 Var Transformer::loss(const ParamView& params, const ShardedTensor& tokens, const ShardedTensor& labels) const {
-  return softmax_cross_entropy_with_integer_labels(logits(params, tokens), labels);
+  return softmax_cross_entropy_with_integer_labels(cast(logits(params, tokens), config.dtype), labels);
 }
 
 ParamTree stack_transformer_params(const ParamTree& loop, int layers, const Mesh& mesh) {

@@ -50,11 +50,21 @@ struct TransformerConfig {
   int layers = 4;
   bool scan = false;  // stacked weights with a leading `layers` dimension (nn.scan's layout)
   bool fsdp = false;  // every weight's d_model dimension split over data
-  // The parameters' dtype and the activations' (f32 or f64): where a mixed-precision policy plugs in.
+  // The parameters' dtype and the activations' (f32 or f64).
   DType dtype = DType::f32;
+  // Mixed precision (nn::Precision's bf16 policy; dtype must be f32): the parameters and Adam stay
+  // f32; each weight is cast to bf16 where it is used (before an FSDP gather), so matmuls,
+  // activations, the Megatron all-reduces, the sequence all-gathers of K and V and the gradients'
+  // reductions move bf16. The embedding lookup, the attention softmax and the loss compute in f32.
+  bool bf16 = false;
+  // Rematerialise each block (nn::remat): the tape keeps a block's input and output only, and the
+  // backward pass recomputes the block's forward (its collectives included). Gradients are bit
+  // for bit those without.
+  bool remat = false;
   double rope_base = 10000.0;
   double norm_eps = 1e-6;
   std::int64_t d_head() const { return heads > 0 ? d_model / heads : 0; }
+  DType compute_dtype() const { return bf16 ? DType::bf16 : dtype; }
 };
 
 // The mesh axes the model knows, in the order a mesh would list them.
@@ -111,8 +121,8 @@ struct Transformer {
 
   // Block i's weights from the loop's "block_<i>/..." or the stack's "blocks/..." (layer i).
   BlockWeights block_weights(const nn::ParamView& params, int i) const;
-  // A weight as its op uses it: with fsdp, all-gathered over data (the gradient is
-  // reduce-scattered back by the tape); otherwise as it is.
+  // A weight as its op uses it: cast to the compute dtype, then with fsdp all-gathered over data
+  // (the gradient is reduce-scattered back by the tape); otherwise as it is.
   nn::Var use_weight(const nn::Var& w) const;
 };
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "core/bfloat16.h"
 #include "core/error.h"
 #include "nn/ops.h"
 #include "nn/propagation.h"
@@ -29,6 +30,9 @@ ShardedTensor map_elements(const ShardedTensor& x, const char* op, Fn fn) {
       break;
     case DType::f64:
       apply(double{});
+      break;
+    case DType::bf16:  // computed in double, rounded once
+      apply(bfloat16{});
       break;
     default:
       throw ShapeError(std::string(op) + ": '" + x.name() + "' has dtype " + std::string(dtype_name(x.dtype())) +

@@ -6,10 +6,12 @@
 #include <limits>
 
 #include "collectives/reshard.h"
+#include "core/bfloat16.h"
 #include "core/error.h"
 #include "nn/activations.h"
 #include "nn/einsum.h"
 #include "nn/ops.h"
+#include "nn/precision.h"
 #include "nn/propagation.h"
 
 namespace tessera::nn {
@@ -45,13 +47,14 @@ ShardedTensor rotate_value(const ShardedTensor& x, double base, std::int64_t off
   const std::int64_t seq0 = block_offsets(x.spec(), mesh.shape(), x.global_shape(), mesh.coords())[1];
   Tensor out(x.local().shape(), x.dtype());
   if (x.dtype() == DType::f32) rotate<float>(x.local(), out, seq0 + offset, base, sign);
+  else if (x.dtype() == DType::bf16) rotate<bfloat16>(x.local(), out, seq0 + offset, base, sign);
   else rotate<double>(x.local(), out, seq0 + offset, base, sign);
   return ShardedTensor(mesh, x.spec(), x.global_shape(), std::move(out));
 }
 
 void check_bshd(const char* op, const ShardedTensor& x) {
-  if (x.ndim() != 4 || (x.dtype() != DType::f32 && x.dtype() != DType::f64)) {
-    throw ShapeError(std::string(op) + ": " + operand_string(x) + " is not an f32 or f64 [batch, seq, heads, d_head]");
+  if (x.ndim() != 4 || (x.dtype() != DType::f32 && x.dtype() != DType::f64 && x.dtype() != DType::bf16)) {
+    throw ShapeError(std::string(op) + ": " + operand_string(x) + " is not an f32, f64 or bf16 [batch, seq, heads, d_head]");
   }
 }
 
@@ -90,14 +93,19 @@ Var causal_attention(const Var& q, const Var& k, const Var& v) {
   Var vw = v.spec() == kv_spec ? v : reshard(v, kv_spec);
   const double scale_factor = 1.0 / std::sqrt(static_cast<double>(q.shape()[3]));
   Var scores = scale(einsum("bqhd,bkhd->bhqk", q, kw), scale_factor);
+  // bf16 inputs: the softmax runs in f32 (its exponentials and row sums lose too much in bf16)
+  // and the probabilities go back to bf16 for the mixing matmul.
+  const bool low_precision = q.dtype() == DType::bf16;
+  if (low_precision) scores = cast(scores, DType::f32);
   // -inf above the diagonal; the diagonal is always kept, so every row's max is finite.
   Spec mask_spec(std::vector<Axes>{scores.spec().axes(2), scores.spec().axes(3)});
   const std::int64_t seq = q.shape()[1];
   ShardedTensor mask = ShardedTensor::from_fn(
-      q.mesh(), mask_spec, Shape{seq, seq}, q.dtype(),
+      q.mesh(), mask_spec, Shape{seq, seq}, scores.dtype(),
       [seq](std::int64_t i) { return i % seq > i / seq ? -std::numeric_limits<double>::infinity() : 0.0; },
       "causal_mask");
   Var probabilities = softmax(add(scores, Var(mask)));
+  if (low_precision) probabilities = cast(probabilities, DType::bf16);
   return einsum("bhqk,bkhd->bqhd", probabilities, vw);
 }
 

@@ -10,6 +10,10 @@
 //              and V come back partial over S and are reduce-scattered to their specs by the tape.
 //              A d_head split over axes D gives partial scores, all-reduced over D before the
 //              softmax (avoid it: keep d_head unsplit).
+//
+// f32, f64 or bf16. With bf16 (mixed precision) the rotation is computed in double and rounded
+// once, and the attention's softmax runs in f32: the scores are cast up, the probabilities cast
+// back to bf16 for the mixing matmul, so K, V and their collectives stay bf16.
 #pragma once
 
 #include "nn/var.h"

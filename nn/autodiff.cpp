@@ -24,12 +24,20 @@ const ShardedTensor& Var::value() const {
 
 bool Var::requires_grad() const { return node_ && node_->requires_grad; }
 
+namespace {
+thread_local bool no_tape = false;
+}  // namespace
+
+NoTape::NoTape(bool off) : saved_(no_tape) { no_tape = off; }
+NoTape::~NoTape() { no_tape = saved_; }
+bool NoTape::active() { return no_tape; }
+
 Var make_result(std::string op, ShardedTensor value, std::vector<Var> inputs, Backward backward) {
   Var out;
   out.node_ = std::make_shared<Node>();
   out.node_->value = std::move(value);
   out.node_->op = std::move(op);
-  bool any = std::any_of(inputs.begin(), inputs.end(), [](const Var& v) { return v.requires_grad(); });
+  bool any = !no_tape && std::any_of(inputs.begin(), inputs.end(), [](const Var& v) { return v.requires_grad(); });
   out.node_->requires_grad = any;
   if (any) {
     out.node_->inputs = std::move(inputs);
@@ -93,6 +101,7 @@ class Accumulator : public GradSink {
   }
 
   bool wants(int input) const override { return node_.inputs.at(input).requires_grad(); }
+  bool keeps_raw(int input) const override { return keep_raw_.count(node_.inputs.at(input).node().get()) > 0; }
 
  private:
   std::unordered_map<Node*, std::optional<ShardedTensor>>& grads_;
@@ -126,8 +135,12 @@ std::vector<std::optional<ShardedTensor>> gradients(const Var& y, const ShardedT
     }
   }
   std::unordered_set<Node*> keep_raw;
-  if (!options.reduce_to_spec) {
-    for (const auto& v : wrt) keep_raw.insert(v.node().get());
+  if (!options.keep_raw.empty() && options.keep_raw.size() != wrt.size()) {
+    throw Error("gradients: GradOptions::keep_raw has " + std::to_string(options.keep_raw.size()) + " entries for " +
+                std::to_string(wrt.size()) + " variables");
+  }
+  for (std::size_t i = 0; i < wrt.size(); ++i) {
+    if (options.keep_raw.empty() ? !options.reduce_to_spec : options.keep_raw[i]) keep_raw.insert(wrt[i].node().get());
   }
   std::unordered_map<Node*, std::optional<ShardedTensor>> grads;
   accumulate(grads[y.node().get()], seed, keep_raw.count(y.node().get()) ? seed.spec() : cotangent_spec(y.value()));

@@ -219,6 +219,7 @@ std::vector<Var> shard_map_impl(const Mesh& mesh, const ShardMapBody& body, cons
   }
   {
     detail::FrameGuard guard(frame);
+    NoTape record(false);  // the body's tape types its results, also inside remat's forward
     b->results = body(b->leaves);
   }
   if (b->results.size() != out_specs.size()) {
@@ -267,7 +268,7 @@ std::vector<Var> shard_map_impl(const Mesh& mesh, const ShardMapBody& body, cons
   insert_pvary_transposes(analysis, mesh);
   std::uint64_t wanted = 0;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    if (inputs[i].requires_grad()) wanted |= std::uint64_t{1} << i;
+    if (inputs[i].requires_grad() && !NoTape::active()) wanted |= std::uint64_t{1} << i;
   }
   prune_tape(analysis, wanted);
 

@@ -81,7 +81,7 @@ LossAndGrads value_and_grad_lent(ParamTree& params, const LossFn& loss_fn, const
   for (int i = 0; i < k; ++i) {
     Batch mb{microbatch(batch.x, i, k), batch.y ? std::optional(microbatch(*batch.y, i, k)) : std::nullopt};
     Var loss = loss_fn(vars, mb);
-    auto grads = gradients(loss, leaves, GradOptions{false});
+    auto grads = gradients(loss, leaves, GradOptions{false, {}});
     for (std::size_t j = 0; j < leaves.size(); ++j) {
       if (!grads[j]) continue;
       if (!accumulated[j]) {

@@ -50,8 +50,24 @@ struct Node {
   Backward backward;
 };
 
-// The result of an op. When no input requires a gradient the tape keeps nothing.
+// The result of an op. When no input requires a gradient, or a NoTape is alive on this thread,
+// the tape keeps nothing.
 Var make_result(std::string op, ShardedTensor value, std::vector<Var> inputs, Backward backward);
+
+// While a NoTape(true) is alive on this thread, ops record nothing: their results need no
+// gradient and keep no inputs (remat's forward pass, nn/remat.h). NoTape(false) turns recording
+// back on for a scope (shard_map's body, whose tape types its results). Nests.
+class NoTape {
+ public:
+  explicit NoTape(bool off = true);
+  ~NoTape();
+  NoTape(const NoTape&) = delete;
+  NoTape& operator=(const NoTape&) = delete;
+  static bool active();
+
+ private:
+  bool saved_;
+};
 
 // Where an op's backward puts its inputs' cotangents.
 class GradSink {
@@ -64,12 +80,18 @@ class GradSink {
   virtual void add_slab(int input, std::int64_t index, ShardedTensor grad) = 0;
   // Whether inputs[input] needs a cotangent at all.
   virtual bool wants(int input) const = 0;
+  // Whether inputs[input]'s cotangent is kept as accumulated, possibly partial (a requested
+  // variable with GradOptions::reduce_to_spec false), rather than resharded to its spec.
+  virtual bool keeps_raw(int input) const { return false; }
 };
 
 struct GradOptions {
   // Reshard each requested gradient to its variable's spec (true), or hand back the cotangent
   // as accumulated, possibly partial (false: for summing microbatches before one reduction).
   bool reduce_to_spec = true;
+  // When not empty (one entry per variable of `wrt`): whether each variable's cotangent is kept
+  // raw, overriding reduce_to_spec per variable (remat passes its outer tape's choice through).
+  std::vector<bool> keep_raw;
 };
 
 // Cotangents of `wrt` for the output `y` seeded with `seed` (same shape as y). Entries are

@@ -107,6 +107,7 @@ expect train_mlp.keep_zero 2 'train_mlp: --keep must be >= 1' mpi "$tm" "${small
 expect train_mlp.save_every_negative 2 'train_mlp: --save-every must be >= 0' mpi "$tm" "${small[@]}" --save-every -1
 expect train_mlp.loss_unknown 2 '--loss: foo not in \{sum,mse,xent\}' mpi "$tm" "${small[@]}" --loss foo
 expect train_mlp.input_unknown 2 '--input: zeros not in \{ones,random\}' mpi "$tm" "${small[@]}" --input zeros
+expect train_mlp.dtype_unknown 2 '--dtype: fp16 not in \{f32,bf16\}' mpi "$tm" "${small[@]}" --dtype fp16
 expect train_mlp.lr_not_a_number 2 'Could not convert: --lr = abc' mpi "$tm" "${small[@]}" --lr abc
 expect train_mlp.examples_negative 2 '^train_mlp: --examples must be >= 0, got -1$' mpi "$tm" "${small[@]}" --examples -1
 expect train_mlp.microbatches_do_not_divide 2 "train_mlp: --microbatches 3 does not divide each rank's batch block of 8 rows" \

@@ -280,5 +280,46 @@ TEST(CheckpointInspect, H5dumpShowsDatasetsAndAttributes) {
   EXPECT_NE(spec.find("\"P("), std::string::npos) << spec;
 }
 
+// bf16 datasets are stored as their bits (H5T_STD_U16LE) with the attribute dtype = "bf16": any
+// HDF5 reader gets the exact values ((uint32(bits) << 16) viewed as f32); restore checks the
+// attribute and refuses another dtype.
+TEST(CheckpointInspect, Bf16IsUint16BitsWithADtypeAttribute) {
+  Mesh mesh = Mesh::world(meshes_of_size(world_size()).back());
+  TempDir dir("bf16");
+  const ArrayDef def{"params/emb", {4, 8}, DType::bf16, {}};
+  CheckpointState state;
+  state.arrays.push_back(
+      {def.path, ShardedTensor::from_global(mesh, Spec::replicated(2), io_testing::reference_value(def), def.path), {}});
+  const std::string file = save_checkpoint(state, dir.path());
+  const CheckpointInfo info = read_checkpoint_info(file);
+  ASSERT_EQ(info.arrays.size(), 1u);
+  EXPECT_EQ(info.arrays[0].dtype, DType::bf16);
+  CheckpointState target;
+  target.arrays.push_back({def.path, ShardedTensor::zeros(mesh, parse_spec("P(None, " + mesh.axis_names().back() + ")"),
+                                                          def.shape, DType::bf16, def.path), {}});
+  CheckpointState restored = restore_checkpoint(file, target);
+  EXPECT_TRUE(restored.arrays[0].value.to_global().bit_equal(io_testing::reference_value(def)));
+  target.arrays[0].value = ShardedTensor::zeros(mesh, Spec::replicated(2), def.shape, DType::f32, def.path);
+  EXPECT_EQ(io_testing::io_error_of([&] { restore_checkpoint(file, target); }),
+            std::string(world_size() > 1 ? "rank 0: " : "") + "restore_checkpoint: file '" + file +
+                "', dataset '/params/emb': dtype is bf16 in the file, f32 wanted");
+  if (world_rank() != 0) return;
+  const std::string header = run_and_capture(std::string(TESSERA_H5DUMP) + " -H " + file + " 2>&1");
+  EXPECT_NE(header.find("DATATYPE  H5T_STD_U16LE"), std::string::npos) << header;
+  const std::string dtype = run_and_capture(std::string(TESSERA_H5DUMP) + " -a /params/emb/dtype " + file + " 2>&1");
+  EXPECT_NE(dtype.find("\"bf16\""), std::string::npos) << dtype;
+  // The data as h5dump prints it (-y: no indices): the bits, in row-major order.
+  const std::string data = run_and_capture(std::string(TESSERA_H5DUMP) + " -d /params/emb -y " + file + " 2>&1");
+  const std::size_t begin = data.find("DATA {");
+  ASSERT_NE(begin, std::string::npos) << data;
+  std::vector<std::int64_t> printed;
+  std::istringstream numbers(data.substr(begin + 6, data.find('}', begin) - begin - 6));
+  for (std::string item; std::getline(numbers, item, ',');) printed.push_back(std::stoll(item));
+  const Tensor want = io_testing::reference_value(def);
+  std::vector<std::int64_t> bits;
+  for (std::int64_t i = 0; i < want.numel(); ++i) bits.push_back(want.data<bfloat16>()[i].bits);
+  EXPECT_EQ(printed, bits) << data;
+}
+
 }  // namespace
 }  // namespace tessera

@@ -28,7 +28,7 @@ struct ArrayDef {
 };
 
 // A small MLP-shaped state: two DotReluDot layers, a stacked 3-D parameter, Adam's moments of
-// each and the step count (a scalar), in f32, f64 and i32.
+// each and the step count (a scalar), in f32, f64, bf16 and i32.
 inline std::vector<ArrayDef> model_arrays() {
   std::vector<ArrayDef> params = {
       {"MLP_0/DotReluDot_0/W1", {8, 16}, DType::f32, {"embed", "hidden"}},
@@ -37,6 +37,7 @@ inline std::vector<ArrayDef> model_arrays() {
       {"MLP_0/DotReluDot_1/W2", {16, 8}, DType::f32, {"hidden", "embed"}},
       {"MLP_0/bias", {16}, DType::f64, {"hidden"}},
       {"Stacked_0/W", {8, 8, 16}, DType::f64, {"layer", "embed", "hidden"}},
+      {"MLP_0/Embed_bf16", {8, 16}, DType::bf16, {"embed", "hidden"}},
   };
   std::vector<ArrayDef> out;
   for (const char* prefix : {"params/", "opt_state/mu/", "opt_state/nu/"}) {
@@ -62,6 +63,8 @@ inline Tensor reference_value(const ArrayDef& def) {
         t.data<T>()[i] = static_cast<double>(k) / 3.0 - 17.25;
       } else if constexpr (std::is_same_v<T, float>) {
         t.data<T>()[i] = static_cast<float>(k) / 64.0f - 3.5f;
+      } else if constexpr (std::is_same_v<T, bfloat16>) {
+        t.data<T>()[i] = bfloat16(static_cast<float>(k % 4093) / 16.0f - 100.0f);
       } else {
         t.data<T>()[i] = static_cast<T>(k) + 42;
       }
