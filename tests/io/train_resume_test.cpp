@@ -1,10 +1,13 @@
 // Checkpoints of a TrainState: resume is exact (10 steps straight == 5, save, restore on a new
 // communicator, 5 more: bit-identical), and a state saved on one mesh restores onto every mesh
-// of this rank count with the same global values, optimizer state and step included.
+// of this rank count with the same global values, optimizer state and step included: the MLP's,
+// and the transformer's on the meshes of data, seq and model (whose next step then gives the
+// saving mesh's loss within f32 rounding).
 #include <gtest/gtest.h>
 
 #include "io/train_state_io.h"
 #include "models/mlp.h"
+#include "models/transformer.h"
 #include "nn/ops.h"
 #include "tests/io/io_test_support.h"
 
@@ -87,6 +90,68 @@ TEST(TrainResume, RestoresOntoEveryMeshOfThisRankCount) {
       EXPECT_TRUE(restored.params.at(path).to_global().bit_equal(p.to_global())) << shape.to_string() << " " << path;
       EXPECT_TRUE(restored.opt_state.nu.at(path).to_global().bit_equal(state.opt_state.nu.at(path).to_global()));
     }
+  }
+}
+
+// The transformer's meshes of n ranks over data, seq and model.
+std::vector<MeshShape> transformer_meshes(int n) {
+  std::vector<MeshShape> out;
+  for (const char* text : {"data=1", "data=2", "seq=2", "model=2", "data=2,model=2", "seq=2,model=2", "data=2,seq=2",
+                           "data=2,seq=2,model=2", "data=2,model=4", "seq=4,model=2"}) {
+    MeshShape m = MeshShape::parse(text);
+    if (m.size() == n) out.push_back(m);
+  }
+  return out;
+}
+
+TEST(TrainResume, TransformerRestoresBitExactOntoAnotherMesh) {
+  TempDir dir("ckpt");
+  const nn::Optimizer opt = nn::adam(1e-2);
+  models::TransformerConfig config;
+  config.d_model = 16;
+  config.heads = 4;
+  config.d_ff = 32;
+  config.layers = 2;
+  const models::Transformer model{config};
+  const Shape tokens_shape = {4, 8};
+  const auto batch_on = [&](const Mesh& mesh, std::int64_t step) {
+    Tensor tokens(tokens_shape, DType::i32), labels(tokens_shape, DType::i32);
+    for (std::int64_t i = 0; i < 32; ++i) {
+      tokens.data<std::int32_t>()[i] = static_cast<std::int32_t>((i * 37 + step * 11 + 5) % 256);
+      labels.data<std::int32_t>()[i] = static_cast<std::int32_t>((i * 37 + step * 11 + 42) % 256);
+    }
+    const Spec spec = models::Transformer::token_spec(mesh.shape());
+    return nn::Batch{ShardedTensor::from_global(mesh, spec, tokens, "tokens"),
+                     ShardedTensor::from_global(mesh, spec, labels, "labels")};
+  };
+  const nn::LossFn loss = [&](const nn::VarTree& params, const nn::Batch& batch) {
+    return model.loss(nn::ParamView(params), batch.x, *batch.y);
+  };
+  const auto shapes = transformer_meshes(world_size());
+  ASSERT_FALSE(shapes.empty());
+  // Three steps on the first mesh, saved.
+  Mesh first = Mesh::world(shapes.front());
+  const auto infos = nn::abstract_init(model, first.shape(), {}, tokens_shape);
+  nn::TrainState state = nn::create_train_state(nn::init_params(infos, first, 7), opt);
+  for (int s = 0; s < 3; ++s) nn::train_step(state, opt, loss, batch_on(first, state.step));
+  save_train_state(state, dir.path(), {7, "{}", infos});
+  nn::TrainState next = state;
+  const double next_loss = nn::train_step(next, opt, loss, batch_on(first, next.step));
+  for (const auto& shape : shapes) {
+    Mesh mesh = Mesh::world(shape);
+    const auto target_infos = nn::abstract_init(model, shape, {}, tokens_shape);
+    nn::TrainState restored = restore_train_state(dir.path(), abstract_train_state(target_infos, mesh, opt));
+    ASSERT_EQ(restored.step, 3);
+    for (const auto& info : target_infos) EXPECT_EQ(restored.params.at(info.path).spec(), info.spec) << info.path;
+    EXPECT_EQ(restored.opt_state.count, 3);
+    for (const auto& [path, p] : state.params) {
+      const std::string label = shape.to_string() + " " + path;
+      EXPECT_TRUE(restored.params.at(path).to_global().bit_equal(p.to_global())) << label;
+      EXPECT_TRUE(restored.opt_state.mu.at(path).to_global().bit_equal(state.opt_state.mu.at(path).to_global())) << label;
+      EXPECT_TRUE(restored.opt_state.nu.at(path).to_global().bit_equal(state.opt_state.nu.at(path).to_global())) << label;
+    }
+    const double loss_here = nn::train_step(restored, opt, loss, batch_on(mesh, restored.step));
+    EXPECT_NEAR(loss_here, next_loss, 1e-5 * next_loss) << shape.to_string();
   }
 }
 
