@@ -25,6 +25,13 @@ class ShapeError : public Error {
   using Error::Error;
 };
 
+// Element types that an op does not take, or operands whose dtypes differ (an f32 tensor read as
+// f64, an integer tensor given to a float op, a cast between dtypes that do not convert).
+class DTypeError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Logical axis rules: a logical name twice in one tensor, a name no rule matches.
 class RuleError : public Error {
  public:

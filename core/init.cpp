@@ -308,7 +308,7 @@ Tensor init_block(const Initializer& init, RngKey key, const Shape& global_shape
   }
   const Sampler sampler = make_sampler(init, global_shape);
   if (dtype == DType::i32 && sampler.draw != Draw::constant) {
-    throw SpecError("init_block: initializer '" + to_string(init) + "' draws random reals; dtype i32 is not supported");
+    throw DTypeError("init_block: initializer '" + to_string(init) + "' draws random reals; dtype i32 is not supported");
   }
   Tensor out(block_shape, dtype);
   if (out.numel() == 0) return out;

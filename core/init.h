@@ -87,7 +87,7 @@ double init_value(const Initializer& init, RngKey key, const Shape& global_shape
 // The block [block_offsets, block_offsets + block_shape) of the global tensor, computed without
 // the rest of it: what each rank calls for its shard. Element for element equal to
 // init_value converted to dtype. Throws ShapeError when the block leaves the global shape, and
-// SpecError for a random initializer with dtype i32.
+// DTypeError for a random initializer with dtype i32.
 Tensor init_block(const Initializer& init, RngKey key, const Shape& global_shape,
                   const std::vector<std::int64_t>& block_offsets, const Shape& block_shape,
                   DType dtype = DType::f32);

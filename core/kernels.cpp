@@ -24,7 +24,7 @@ using MutMap = Eigen::Map<RowMatrix<T>>;
 
 void require_float(const Tensor& x, const char* what) {
   if (!is_floating(x.dtype())) {
-    throw ShapeError(std::string(what) + ": expected a f32, f64 or bf16 tensor, got " + std::string(dtype_name(x.dtype())));
+    throw DTypeError(std::string(what) + ": expected a f32, f64 or bf16 tensor, got " + std::string(dtype_name(x.dtype())));
   }
 }
 
@@ -53,7 +53,7 @@ std::vector<std::int64_t> broadcast_strides(const Shape& shape, const Shape& out
 void batched_gemm(const Tensor& a, const Tensor& b, Tensor& c, std::int64_t batch, std::int64_t m, std::int64_t n,
                   std::int64_t k, bool trans_a, bool trans_b, bool accumulate) {
   require_float(a, "gemm");
-  if (a.dtype() != b.dtype() || a.dtype() != c.dtype()) throw ShapeError("gemm: operands of different dtypes");
+  if (a.dtype() != b.dtype() || a.dtype() != c.dtype()) throw DTypeError("gemm: operands of different dtypes");
   if (a.numel() != batch * m * k || b.numel() != batch * k * n || c.numel() != batch * m * n) {
     throw ShapeError("gemm: element counts do not match [" + std::to_string(batch) + ", " + std::to_string(m) + ", " +
                      std::to_string(n) + ", " + std::to_string(k) + "]");
@@ -148,7 +148,7 @@ Shape broadcast_shapes(const Shape& a, const Shape& b) {
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   require_float(a, "binary op");
   if (a.dtype() != b.dtype()) {
-    throw ShapeError("binary op: dtypes " + std::string(dtype_name(a.dtype())) + " and " +
+    throw DTypeError("binary op: dtypes " + std::string(dtype_name(a.dtype())) + " and " +
                      std::string(dtype_name(b.dtype())) + " differ");
   }
   if (is_bf16(a)) return to_bf16(binary(op, to_f32(a), to_f32(b)));

@@ -3,32 +3,11 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <sstream>
 
 #include "core/buffer_pool.h"
 #include "core/checked.h"
 
 namespace tessera {
-
-std::int64_t numel(const Shape& shape) {
-  std::int64_t n = 1;
-  for (auto d : shape) n = checked_mul<std::int64_t>(n, d, "element count");
-  return n;
-}
-
-std::string shape_to_string(const Shape& shape) {
-  std::ostringstream out;
-  out << '[';
-  for (std::size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
-  out << ']';
-  return out.str();
-}
-
-std::vector<std::int64_t> row_major_strides(const Shape& shape) {
-  std::vector<std::int64_t> strides(shape.size(), 1);
-  for (int i = static_cast<int>(shape.size()) - 2; i >= 0; --i) strides[i] = strides[i + 1] * shape[i + 1];
-  return strides;
-}
 
 void Tensor::Free::operator()(std::byte* p) const noexcept {
   if (p == nullptr) return;
@@ -167,7 +146,7 @@ bool Tensor::bit_equal(const Tensor& other) const {
 
 void Tensor::check_dtype(DType requested) const {
   if (requested != dtype_) {
-    throw ShapeError("Tensor: accessed a " + std::string(dtype_name(dtype_)) + " tensor as " +
+    throw DTypeError("Tensor: accessed a " + std::string(dtype_name(dtype_)) + " tensor as " +
                      std::string(dtype_name(requested)));
   }
 }
@@ -249,12 +228,12 @@ Tensor extract_block(const Tensor& src, const std::vector<std::int64_t>& offsets
 }
 
 void insert_block(Tensor& dst, const Tensor& block, const std::vector<std::int64_t>& offsets) {
-  if (dst.dtype() != block.dtype()) throw ShapeError("insert_block: dtype mismatch");
+  if (dst.dtype() != block.dtype()) throw DTypeError("insert_block: dtype mismatch");
   block_copy(BlockOp::insert, dst, &dst, block, nullptr, offsets, block.shape());
 }
 
 void add_block(Tensor& dst, const Tensor& block, const std::vector<std::int64_t>& offsets) {
-  if (dst.dtype() != block.dtype()) throw ShapeError("add_block: dtype mismatch");
+  if (dst.dtype() != block.dtype()) throw DTypeError("add_block: dtype mismatch");
   block_copy(BlockOp::add, dst, &dst, block, nullptr, offsets, block.shape());
 }
 

@@ -45,7 +45,7 @@ class Tensor {
   void* raw() { return data_.get(); }
   const void* raw() const { return data_.get(); }
 
-  // Typed access; throws ShapeError when T does not match dtype().
+  // Typed access; throws DTypeError when T does not match dtype().
   template <class T>
   T* data() {
     check_dtype(dtype_of_v<T>);

@@ -35,7 +35,7 @@ ShardedTensor map_elements(const ShardedTensor& x, const char* op, Fn fn) {
       apply(bfloat16{});
       break;
     default:
-      throw ShapeError(std::string(op) + ": '" + x.name() + "' has dtype " + std::string(dtype_name(x.dtype())) +
+      throw DTypeError(std::string(op) + ": '" + x.name() + "' has dtype " + std::string(dtype_name(x.dtype())) +
                        ", not a floating-point one");
   }
   return ShardedTensor(in.mesh(), in.spec(), in.global_shape(), std::move(out));

@@ -158,7 +158,7 @@ void check_operands(const EinsumSubscripts& sub, const ShardedTensor& a, const S
                      " and " + shape_to_string(b.global_shape()) + " do not match the subscripts");
   }
   if (a.dtype() != b.dtype()) {
-    throw ShapeError("einsum '" + sub.to_string() + "': dtypes " + std::string(dtype_name(a.dtype())) + " and " +
+    throw DTypeError("einsum '" + sub.to_string() + "': dtypes " + std::string(dtype_name(a.dtype())) + " and " +
                      std::string(dtype_name(b.dtype())) + " differ");
   }
 }

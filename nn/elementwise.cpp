@@ -150,7 +150,7 @@ void align_partial(BinaryOp op, Pair& p) {
 ShardedTensor binary(BinaryOp op, const ShardedTensor& a, const ShardedTensor& b) {
   check_same_mesh(a, b, op_name(op));
   if (a.dtype() != b.dtype()) {
-    throw ShapeError(std::string(op_name(op)) + ": dtypes " + std::string(dtype_name(a.dtype())) + " and " +
+    throw DTypeError(std::string(op_name(op)) + ": dtypes " + std::string(dtype_name(a.dtype())) + " and " +
                      std::string(dtype_name(b.dtype())) + " differ");
   }
   Shape out;

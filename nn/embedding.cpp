@@ -63,11 +63,11 @@ Var embed(const Var& table_var, const ShardedTensor& tokens_in) {
   check_same_mesh(table_in, tokens_in, "embed");
   if (table_in.ndim() != 2) throw ShapeError("embed: table " + operand_string(table_in) + " is not [vocabulary, d]");
   if (tokens_in.dtype() != DType::i32) {
-    throw ShapeError("embed: tokens " + operand_string(tokens_in) + " have dtype " + std::string(dtype_name(tokens_in.dtype())) +
+    throw DTypeError("embed: tokens " + operand_string(tokens_in) + " have dtype " + std::string(dtype_name(tokens_in.dtype())) +
                      ", not i32");
   }
   if (table_in.dtype() != DType::f32 && table_in.dtype() != DType::f64) {
-    throw ShapeError("embed: table " + operand_string(table_in) + " is not f32 or f64");
+    throw DTypeError("embed: table " + operand_string(table_in) + " is not f32 or f64");
   }
   const Mesh& mesh = table_in.mesh();
   ShardedTensor table = resolve_partial(table_in);

@@ -9,7 +9,7 @@ namespace {
 
 void require_floating(DType from, DType to, const std::string& name) {
   if (!is_floating(from) || !is_floating(to)) {
-    throw ShapeError("cast: '" + name + "' from " + std::string(dtype_name(from)) + " to " +
+    throw DTypeError("cast: '" + name + "' from " + std::string(dtype_name(from)) + " to " +
                      std::string(dtype_name(to)) + ": only f32, f64 and bf16 convert");
   }
 }

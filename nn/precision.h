@@ -21,7 +21,7 @@
 namespace tessera::nn {
 
 ShardedTensor cast(const ShardedTensor& x, DType dtype);
-// Taped; x itself when it already has `dtype`. Integer dtypes are refused (ShapeError).
+// Taped; x itself when it already has `dtype`. Integer dtypes are refused (DTypeError).
 Var cast(const Var& x, DType dtype);
 
 struct Precision {

@@ -238,7 +238,7 @@ std::vector<Var> shard_map_impl(const Mesh& mesh, const ShardMapBody& body, cons
     if (sig) {
       const ArgSignature& want = sig->outputs[k];
       if (r.dtype() != want.dtype) {
-        throw ShapeError("shard_map: " + label + " has dtype " + std::string(dtype_name(r.dtype())) +
+        throw DTypeError("shard_map: " + label + " has dtype " + std::string(dtype_name(r.dtype())) +
                          ", the signature says " + std::string(dtype_name(want.dtype)));
       }
       check_local(want.shape, block.shape(), shape, want.name);
@@ -331,7 +331,7 @@ std::vector<Var> shard_map(const Mesh& mesh, const Signature& signature, const S
   for (std::size_t i = 0; i < args.size(); ++i) {
     const ArgSignature& want = signature.inputs[i];
     if (args[i].dtype() != want.dtype) {
-      throw ShapeError("shard_map: argument '" + want.name + "' has dtype " + std::string(dtype_name(args[i].dtype())) +
+      throw DTypeError("shard_map: argument '" + want.name + "' has dtype " + std::string(dtype_name(args[i].dtype())) +
                        ", the signature says " + std::string(dtype_name(want.dtype)));
     }
     try {

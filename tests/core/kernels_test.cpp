@@ -92,6 +92,13 @@ TEST(Kernels, BinaryBroadcastsLikeNumpy) {
   Tensor q = binary(BinaryOp::div, a, values({4}, 5));
   EXPECT_EQ(q.at(6), a.at(6) / values({4}, 5).at(2));
   EXPECT_THROW(binary(BinaryOp::add, a, values({2}, 1)), ShapeError);
+  // Operands of different dtypes are a DTypeError, not a ShapeError.
+  try {
+    binary(BinaryOp::add, a, a.astype(DType::f32));
+    FAIL() << "no error";
+  } catch (const DTypeError& e) {
+    EXPECT_STREQ(e.what(), "binary op: dtypes f64 and f32 differ");
+  }
   // sum_to_shape reverses the broadcast.
   Tensor back = sum_to_shape(binary(BinaryOp::mul, a, Tensor::full({3, 1}, 1.0, DType::f64)), {3, 1});
   for (int j = 0; j < 3; ++j) {

@@ -38,8 +38,8 @@ TEST(Tensor, WrongDtypeAccessThrows) {
   Tensor t({2}, DType::f32);
   try {
     t.data<double>();
-    FAIL() << "expected ShapeError";
-  } catch (const ShapeError& e) {
+    FAIL() << "expected DTypeError";
+  } catch (const DTypeError& e) {
     EXPECT_STREQ(e.what(), "Tensor: accessed a f32 tensor as f64");
   }
 }

@@ -54,7 +54,7 @@ TEST(Cast, ErrorsAreExact) {
   try {
     cast(labels, DType::bf16);
     FAIL() << "no error";
-  } catch (const ShapeError& e) {
+  } catch (const DTypeError& e) {
     EXPECT_STREQ(e.what(), "cast: 'labels' from i32 to bf16: only f32, f64 and bf16 convert");
   }
   EXPECT_EQ(Precision::parse("bf16").compute, DType::bf16);

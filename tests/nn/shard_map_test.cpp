@@ -359,7 +359,7 @@ TEST(ShardMapErrors, ArgumentOfTheWrongSize) {
 TEST(ShardMapErrors, DtypeMismatch) {
   BadInput s;
   Var w2_f64(ShardedTensor::zeros(s.mesh, parse_spec("P(model, None)"), {s.hidden, 16}, DType::f64, "w2"));
-  expect_error<ShapeError>([&] { megatron_layer(s.mesh, s.x, s.w1, w2_f64); },
+  expect_error<DTypeError>([&] { megatron_layer(s.mesh, s.x, s.w1, w2_f64); },
                            "shard_map: argument 'w2' has dtype f64, the signature says f32");
 }
 
