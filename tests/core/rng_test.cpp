@@ -241,7 +241,7 @@ TEST(InitBlock, RejectsBadBlocksAndIntegerRandomness) {
   EXPECT_THROW(init_block(initializers::ones(), key, {4, 4}, {0}, {4, 4}), ShapeError);
   EXPECT_THROW(init_block(initializers::ones(), key, {4, 4}, {2, 0}, {3, 4}), ShapeError);
   EXPECT_THROW(init_block(initializers::ones(), key, {4, 4}, {-1, 0}, {1, 4}), ShapeError);
-  EXPECT_THROW(init_full(initializers::normal(1.0), key, {4}, DType::i32), SpecError);
+  EXPECT_THROW(init_full(initializers::normal(1.0), key, {4}, DType::i32), DTypeError);
   Tensor ones = init_full(initializers::ones(), key, {2, 3}, DType::i32);
   for (std::int32_t v : ones.values<std::int32_t>()) EXPECT_EQ(v, 1);
   EXPECT_EQ(init_block(initializers::ones(), key, {4, 4}, {4, 0}, {0, 4}).numel(), 0);
