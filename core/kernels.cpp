@@ -32,6 +32,11 @@ bool is_bf16(const Tensor& x) { return x.dtype() == DType::bf16; }
 Tensor to_f32(const Tensor& x) { return x.astype(DType::f32); }
 Tensor to_bf16(const Tensor& x) { return x.astype(DType::bf16); }
 
+template <class T>
+using ArrayIn = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+template <class T>
+using ArrayOut = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+
 template <class F>
 decltype(auto) dispatch_float(DType dtype, F&& f) {
   if (dtype == DType::f64) return f(double{});
@@ -145,6 +150,47 @@ Shape broadcast_shapes(const Shape& a, const Shape& b) {
   return out;
 }
 
+namespace {
+
+// out = f(a, b) with a and b broadcast to out_shape (strides 0 along broadcast dimensions), row
+// by row of the last dimension; a row whose operand is broadcast along it reads one element.
+template <class T, class F>
+void broadcast_loop(F f, const Shape& out_shape, const T* pa, const std::vector<std::int64_t>& sa, const T* pb,
+                    const std::vector<std::int64_t>& sb, T* po) {
+  const int r = static_cast<int>(out_shape.size());
+  const std::int64_t n = numel(out_shape);
+  std::vector<std::int64_t> index(r, 0);
+  const std::int64_t inner = r ? out_shape[r - 1] : 1;
+  const std::int64_t ia = r ? sa[r - 1] : 0, ib = r ? sb[r - 1] : 0;
+  for (std::int64_t o = 0; o < n; o += inner) {
+    std::int64_t oa = 0, ob = 0;
+    for (int d = 0; d < r - 1; ++d) {
+      oa += index[d] * sa[d];
+      ob += index[d] * sb[d];
+    }
+    const T* ra = pa + oa;
+    const T* rb = pb + ob;
+    T* ro = po + o;
+    if (ia == 1 && ib == 1) {
+      for (std::int64_t j = 0; j < inner; ++j) ro[j] = f(ra[j], rb[j]);
+    } else if (ia == 1 && ib == 0) {
+      const T y = rb[0];
+      for (std::int64_t j = 0; j < inner; ++j) ro[j] = f(ra[j], y);
+    } else if (ia == 0 && ib == 1) {
+      const T x = ra[0];
+      for (std::int64_t j = 0; j < inner; ++j) ro[j] = f(x, rb[j]);
+    } else {
+      for (std::int64_t j = 0; j < inner; ++j) ro[j] = f(ra[j * ia], rb[j * ib]);
+    }
+    for (int d = r - 2; d >= 0; --d) {
+      if (++index[d] < out_shape[d]) break;
+      index[d] = 0;
+    }
+  }
+}
+
+}  // namespace
+
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   require_float(a, "binary op");
   if (a.dtype() != b.dtype()) {
@@ -194,23 +240,17 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
       }
     }
     if (n == 0) return;
-    const int r = static_cast<int>(out_shape.size());
-    auto sa = broadcast_strides(a.shape(), out_shape);
-    auto sb = broadcast_strides(b.shape(), out_shape);
-    std::vector<std::int64_t> index(r, 0);
-    const std::int64_t inner = r ? out_shape[r - 1] : 1;
-    const std::int64_t ia = r ? sa[r - 1] : 0, ib = r ? sb[r - 1] : 0;
-    for (std::int64_t o = 0; o < n; o += inner) {
-      std::int64_t oa = 0, ob = 0;
-      for (int d = 0; d < r - 1; ++d) {
-        oa += index[d] * sa[d];
-        ob += index[d] * sb[d];
-      }
-      for (std::int64_t j = 0; j < inner; ++j) po[o + j] = apply(pa[oa + j * ia], pb[ob + j * ib]);
-      for (int d = r - 2; d >= 0; --d) {
-        if (++index[d] < out_shape[d]) break;
-        index[d] = 0;
-      }
+    const auto sa = broadcast_strides(a.shape(), out_shape);
+    const auto sb = broadcast_strides(b.shape(), out_shape);
+    switch (op) {  // one loop per op, so the inner loops inline the op and vectorize
+      case BinaryOp::add:
+        return broadcast_loop<T>([](T x, T y) { return x + y; }, out_shape, pa, sa, pb, sb, po);
+      case BinaryOp::sub:
+        return broadcast_loop<T>([](T x, T y) { return x - y; }, out_shape, pa, sa, pb, sb, po);
+      case BinaryOp::mul:
+        return broadcast_loop<T>([](T x, T y) { return x * y; }, out_shape, pa, sa, pb, sb, po);
+      default:
+        return broadcast_loop<T>(apply, out_shape, pa, sa, pb, sb, po);
     }
   });
   return out;
@@ -259,8 +299,8 @@ Tensor unary(UnaryOp op, const Tensor& x) {
       case UnaryOp::relu_mask:
         for (std::int64_t i = 0; i < n; ++i) o[i] = p[i] > T(0) ? T(1) : T(0);
         break;
-      case UnaryOp::exp:
-        for (std::int64_t i = 0; i < n; ++i) o[i] = std::exp(p[i]);
+      case UnaryOp::exp:  // Eigen's vectorized exp
+        ArrayOut<T>(o, n) = ArrayIn<T>(p, n).exp();
         break;
       case UnaryOp::log:
         for (std::int64_t i = 0; i < n; ++i) o[i] = std::log(p[i]);
@@ -271,8 +311,8 @@ Tensor unary(UnaryOp op, const Tensor& x) {
       case UnaryOp::sqrt:
         for (std::int64_t i = 0; i < n; ++i) o[i] = std::sqrt(p[i]);
         break;
-      case UnaryOp::tanh:
-        for (std::int64_t i = 0; i < n; ++i) o[i] = std::tanh(p[i]);
+      case UnaryOp::tanh:  // Eigen's vectorized tanh
+        ArrayOut<T>(o, n) = ArrayIn<T>(p, n).tanh();
         break;
       case UnaryOp::abs:
         for (std::int64_t i = 0; i < n; ++i) o[i] = std::abs(p[i]);
@@ -284,6 +324,44 @@ Tensor unary(UnaryOp op, const Tensor& x) {
   });
   return out;
 }
+
+namespace {
+
+constexpr double kSqrt2OverPi = 0.79788456080286535588;
+constexpr double kGeluCubic = 0.044715;
+
+// gelu_tanh (grad = false) or its derivative (grad = true), in blocks that stay in cache.
+Tensor gelu_tanh_kernel(const Tensor& x, bool grad, const char* what) {
+  require_float(x, what);
+  if (is_bf16(x)) return to_bf16(gelu_tanh_kernel(to_f32(x), grad, what));
+  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  dispatch_float(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    using Array = Eigen::Array<T, Eigen::Dynamic, 1>;
+    const T c = static_cast<T>(kSqrt2OverPi), cubic = static_cast<T>(kGeluCubic);
+    constexpr std::int64_t block = 4096;
+    const std::int64_t n = x.numel();
+    Array t(block);
+    for (std::int64_t start = 0; start < n; start += block) {
+      const std::int64_t len = std::min(block, n - start);
+      const auto v = ArrayIn<T>(x.data<T>() + start, len);
+      auto o = ArrayOut<T>(out.data<T>() + start, len);
+      auto th = t.head(len);
+      th = (c * (v + cubic * v * v * v)).tanh();
+      if (!grad) {
+        o = T(0.5) * v * (T(1) + th);
+      } else {
+        o = T(0.5) * (T(1) + th) + T(0.5) * v * (T(1) - th * th) * c * (T(1) + T(3) * cubic * v * v);
+      }
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+Tensor gelu_tanh(const Tensor& x) { return gelu_tanh_kernel(x, false, "gelu_tanh"); }
+Tensor gelu_tanh_grad(const Tensor& x) { return gelu_tanh_kernel(x, true, "gelu_tanh_grad"); }
 
 Tensor affine(const Tensor& x, double scale, double shift) {
   require_float(x, "affine");
@@ -349,27 +427,67 @@ Tensor reduce(const Tensor& x, const std::vector<int>& dims, bool keepdims) {
   Shape kept(r);
   for (int d = 0; d < r; ++d) kept[d] = reduced[d] ? 1 : x.shape()[d];
   Tensor out(kept, x.dtype());
-  dispatch_float(x.dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    T* o = out.data<T>();
-    if (IsMax) std::fill_n(o, out.numel(), -std::numeric_limits<T>::infinity());
-    const T* p = x.data<T>();
-    auto ostrides = row_major_strides(kept);
-    std::vector<std::int64_t> index(r, 0);
-    for (std::int64_t i = 0; i < x.numel(); ++i) {
-      std::int64_t oi = 0;
-      for (int d = 0; d < r; ++d) oi += reduced[d] ? 0 : index[d] * ostrides[d];
-      if (IsMax) {
-        o[oi] = std::max(o[oi], p[i]);
-      } else {
-        o[oi] += p[i];
+  // The reduced dimensions one contiguous run [first, last]: x is [outer, middle, inner] with the
+  // middle summed, out [outer, inner]. Each output element accumulates the middle index in
+  // increasing order, as the general loop below does, so both give the same bits.
+  int first = r, last = -1;
+  for (int d = 0; d < r; ++d) {
+    if (reduced[d]) first = std::min(first, d), last = d;
+  }
+  bool contiguous = last >= 0;
+  for (int d = first; contiguous && d <= last; ++d) contiguous = reduced[d];
+  if (contiguous) {
+    std::int64_t outer = 1, middle = 1, inner = 1;
+    for (int d = 0; d < first; ++d) outer *= x.shape()[d];
+    for (int d = first; d <= last; ++d) middle *= x.shape()[d];
+    for (int d = last + 1; d < r; ++d) inner *= x.shape()[d];
+    dispatch_float(x.dtype(), [&](auto zero) {
+      using T = decltype(zero);
+      const T* p = x.data<T>();
+      T* o = out.data<T>();
+      for (std::int64_t a = 0; a < outer; ++a) {
+        T* row = o + a * inner;
+        if (inner == 1) {
+          T acc = IsMax ? -std::numeric_limits<T>::infinity() : T(0);
+          const T* in = p + a * middle;
+          for (std::int64_t b = 0; b < middle; ++b) acc = IsMax ? std::max(acc, in[b]) : acc + in[b];
+          row[0] = acc;
+          continue;
+        }
+        if (IsMax) std::fill_n(row, inner, -std::numeric_limits<T>::infinity());
+        for (std::int64_t b = 0; b < middle; ++b) {
+          const T* in = p + (a * middle + b) * inner;
+          if (IsMax) {
+            for (std::int64_t c = 0; c < inner; ++c) row[c] = std::max(row[c], in[c]);
+          } else {
+            for (std::int64_t c = 0; c < inner; ++c) row[c] += in[c];
+          }
+        }
       }
-      for (int d = r - 1; d >= 0; --d) {
-        if (++index[d] < x.shape()[d]) break;
-        index[d] = 0;
+    });
+  } else {
+    dispatch_float(x.dtype(), [&](auto zero) {
+      using T = decltype(zero);
+      T* o = out.data<T>();
+      if (IsMax) std::fill_n(o, out.numel(), -std::numeric_limits<T>::infinity());
+      const T* p = x.data<T>();
+      auto ostrides = row_major_strides(kept);
+      std::vector<std::int64_t> index(r, 0);
+      for (std::int64_t i = 0; i < x.numel(); ++i) {
+        std::int64_t oi = 0;
+        for (int d = 0; d < r; ++d) oi += reduced[d] ? 0 : index[d] * ostrides[d];
+        if (IsMax) {
+          o[oi] = std::max(o[oi], p[i]);
+        } else {
+          o[oi] += p[i];
+        }
+        for (int d = r - 1; d >= 0; --d) {
+          if (++index[d] < x.shape()[d]) break;
+          index[d] = 0;
+        }
       }
-    }
-  });
+    });
+  }
   if (keepdims) return out;
   Shape squeezed;
   for (int d = 0; d < r; ++d) {

@@ -32,6 +32,10 @@ std::vector<int> broadcast_dims(const Shape& from, const Shape& to);
 
 enum class UnaryOp { neg, relu, relu_mask, exp, log, square, sqrt, tanh, abs, sign };
 Tensor unary(UnaryOp op, const Tensor& x);
+// GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), and its derivative, each
+// one vectorized pass (Eigen's tanh).
+Tensor gelu_tanh(const Tensor& x);
+Tensor gelu_tanh_grad(const Tensor& x);
 // x * scale + shift
 Tensor affine(const Tensor& x, double scale, double shift = 0.0);
 // a + scale * b, same shapes

@@ -58,8 +58,6 @@ double sigmoid(double x) {
 
 constexpr double inv_sqrt2 = 0.70710678118654752440;
 constexpr double inv_sqrt_2pi = 0.39894228040143267794;
-constexpr double sqrt_2_over_pi = 0.79788456080286535588;
-constexpr double gelu_cubic = 0.044715;
 
 }  // namespace
 
@@ -71,13 +69,15 @@ Var gelu(const Var& x) {
 }
 
 Var gelu_tanh(const Var& x) {
-  return elementwise(
-      x, "gelu_tanh",
-      [](double v) { return 0.5 * v * (1.0 + std::tanh(sqrt_2_over_pi * (v + gelu_cubic * v * v * v))); },
-      [](double v) {
-        const double t = std::tanh(sqrt_2_over_pi * (v + gelu_cubic * v * v * v));
-        return 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * sqrt_2_over_pi * (1.0 + 3.0 * gelu_cubic * v * v);
-      });
+  // The vectorized kernels of core/kernels.h (in x's dtype) rather than a scalar function in
+  // double: the tanh form is the one a transformer's MLP runs every step.
+  const auto local = [](const ShardedTensor& v, Tensor (*kernel)(const Tensor&)) {
+    return ShardedTensor(v.mesh(), v.spec(), v.global_shape(), kernel(v.local()));
+  };
+  ShardedTensor in = resolve_partial(x.value());
+  return make_result("gelu_tanh", local(in, tessera::gelu_tanh), {x}, [in, local](const ShardedTensor& g, GradSink& sink) {
+    sink.add(0, binary(BinaryOp::mul, g, local(in, tessera::gelu_tanh_grad)));
+  });
 }
 
 Var silu(const Var& x) {
