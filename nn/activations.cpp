@@ -71,13 +71,19 @@ Var gelu(const Var& x) {
 Var gelu_tanh(const Var& x) {
   // The vectorized kernels of core/kernels.h (in x's dtype) rather than a scalar function in
   // double: the tanh form is the one a transformer's MLP runs every step.
-  const auto local = [](const ShardedTensor& v, Tensor (*kernel)(const Tensor&)) {
+  // A partial x is reduced first (the function is nonlinear); otherwise its block is read in
+  // place, and the backward pass reads x again rather than keeping a copy.
+  const auto apply = [](const ShardedTensor& v, Tensor (*kernel)(const Tensor&)) {
+    if (v.spec().is_partial()) {
+      const ShardedTensor whole = resolve_partial(v);
+      return ShardedTensor(whole.mesh(), whole.spec(), whole.global_shape(), kernel(whole.local()));
+    }
     return ShardedTensor(v.mesh(), v.spec(), v.global_shape(), kernel(v.local()));
   };
-  ShardedTensor in = resolve_partial(x.value());
-  return make_result("gelu_tanh", local(in, tessera::gelu_tanh), {x}, [in, local](const ShardedTensor& g, GradSink& sink) {
-    sink.add(0, binary(BinaryOp::mul, g, local(in, tessera::gelu_tanh_grad)));
-  });
+  return make_result("gelu_tanh", apply(x.value(), tessera::gelu_tanh), {x},
+                     [x, apply](const ShardedTensor& g, GradSink& sink) {
+                       sink.add(0, binary(BinaryOp::mul, g, apply(x.value(), tessera::gelu_tanh_grad)));
+                     });
 }
 
 Var silu(const Var& x) {
