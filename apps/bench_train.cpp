@@ -1,12 +1,14 @@
 // bench_train: the train step of the tutorial's MLP (--model mlp) or of train_lm's transformer
 // (--model lm) on the current mesh, beside the floor of docs/design.md ("Performance model")
 // measured in the same run:
-//   floor = matrix FLOPs per rank / GEMM rate + 28 bytes per fp32 parameter per rank / copy bandwidth
+//   floor = matrix FLOPs per rank / GEMM rate + 28 bytes per fp32 parameter per rank / bandwidth
+// where bandwidth is the larger of memcpy's on a large buffer and that of a fused pass with
+// Adam's own streams (read p, g, m, v; write p, m, v) over this rank's parameter count.
 // The transformer's matrix FLOPs per step are 3x its forward's (each matmul has a weight and an
 // input gradient): per token and layer 2*d*3d (q, k, v) + 2*d*d (o) + 2*2*d*d_ff (MLP), per
 // token 2*d*vocab (unembedding), and per sequence, layer and head 2*2*d_head*s(s+1)/2 for the
 // causal scores and their weighted sum (only the pairs a causal mask keeps: a lower bound).
-// Every rank measures the GEMM rate and copy bandwidth at once (they share the node's cores and
+// Every rank measures the GEMM rate and the bandwidths at once (they share the node's cores and
 // memory, as in the step). One JSON object per line on stdout (rank 0).
 //   scripts/mpirun/local.sh 8 build/apps/bench_train --layers 8 --depth 4096
 #include <mpi.h>
@@ -97,6 +99,32 @@ double measure_copy_bandwidth(std::size_t bytes, double seconds) {
       },
       seconds);
   return 2.0 * static_cast<double>(bytes) * rate;
+}
+
+// Bytes per second per rank of one fused pass with the streams of Adam's update over `elements`
+// f32 values: reads p, g, m, v and writes p, m, v (28 bytes per element), with only the
+// arithmetic a bandwidth-bound loop needs (no square root or division), every rank at once.
+// Sized as the rank's optimizer state, so caches help it exactly as they help the optimizer.
+double measure_adam_stream_bandwidth(std::int64_t elements, double seconds) {
+  const auto n = static_cast<std::size_t>(std::max<std::int64_t>(elements, 1));
+  std::vector<float> p(n, 1.0f), g(n, 0.5f), m(n, 0.0f), v(n, 0.0f);
+  const double rate = concurrent_rate(
+      [&] {
+        float* __restrict pp = p.data();
+        const float* __restrict gp = g.data();
+        float* __restrict mp = m.data();
+        float* __restrict vp = v.data();
+        for (std::size_t i = 0; i < n; ++i) {
+          const float gi = gp[i];
+          const float mi = 0.9f * mp[i] + 0.1f * gi;
+          const float vi = 0.999f * vp[i] + 0.001f * gi * gi;
+          mp[i] = mi;
+          vp[i] = vi;
+          pp[i] -= 1e-3f * (mi + vi);
+        }
+      },
+      seconds);
+  return 28.0 * static_cast<double>(n) * rate;
 }
 
 struct Options {
@@ -256,7 +284,8 @@ int run(const Options& o, int world_rank, int world_size) {
   const std::int64_t m = w.m, n = w.n, k = w.k;
   const double gemm_rate = measure_gemm_rate(m, n, k, o.measure_seconds);
   const double copy_bw = measure_copy_bandwidth(static_cast<std::size_t>(o.copy_mib) << 20, o.measure_seconds);
-  const double floor_ms = 1e3 * (flops_per_rank / gemm_rate + bytes_per_rank / copy_bw);
+  const double stream_bw = measure_adam_stream_bandwidth(static_cast<std::int64_t>(w.local_params), o.measure_seconds);
+  const double floor_ms = 1e3 * (flops_per_rank / gemm_rate + bytes_per_rank / std::max(copy_bw, stream_bw));
   const double med = median(ms);
 
   if (root) {
@@ -266,6 +295,8 @@ int run(const Options& o, int world_rank, int world_size) {
     std::printf("{\"bench\":\"copy\",\"ranks\":%d,\"mib\":%lld,\"gb_per_s_per_rank\":%.3f}\n", world_size,
                 static_cast<long long>(o.copy_mib),
                 copy_bw / 1e9);
+    std::printf("{\"bench\":\"adam_stream\",\"ranks\":%d,\"elements\":%lld,\"gb_per_s_per_rank\":%.3f}\n", world_size,
+                static_cast<long long>(w.local_params), stream_bw / 1e9);
     char sizes[160];
     if (o.model == "mlp") {
       std::snprintf(sizes, sizeof sizes, "\"depth\":%lld", static_cast<long long>(o.depth));
