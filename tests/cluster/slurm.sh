@@ -13,6 +13,12 @@ for cmd in munged slurmctld slurmd sbatch; do
   command -v "$cmd" >/dev/null || { echo "SKIP: $cmd not installed (scripts/setup.sh installs munge, slurmctld, slurmd, slurm-client)" >&2; exit 77; }
 done
 build=$1 work=$2
+# Each slurmd has its own /tmp (slurm_up.sh), so jobs cannot see a checkout or build under /tmp.
+for dir in "$ROOT" "$build" "$work"; do
+  case "$(realpath -m "$dir")/" in
+    /tmp/*) echo "SKIP: $dir is under /tmp, which each slurmd replaces with its own; build outside /tmp to run the Slurm test" >&2; exit 77 ;;
+  esac
+done
 slurm=$work/slurm
 rm -rf "$work" && mkdir -p "$work"
 trap 'bash "$ROOT/scripts/cluster/slurm_down.sh" "$slurm" >/dev/null' EXIT
