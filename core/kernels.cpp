@@ -299,8 +299,8 @@ Tensor unary(UnaryOp op, const Tensor& x) {
       case UnaryOp::relu_mask:
         for (std::int64_t i = 0; i < n; ++i) o[i] = p[i] > T(0) ? T(1) : T(0);
         break;
-      case UnaryOp::exp:  // Eigen's vectorized exp
-        ArrayOut<T>(o, n) = ArrayIn<T>(p, n).exp();
+      case UnaryOp::exp:  // std::exp: Eigen's vectorized exp clamps its argument, so exp(-inf) would not be 0
+        for (std::int64_t i = 0; i < n; ++i) o[i] = std::exp(p[i]);
         break;
       case UnaryOp::log:
         for (std::int64_t i = 0; i < n; ++i) o[i] = std::log(p[i]);

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include <map>
 
 #include "core/einsum_local.h"
@@ -106,6 +109,53 @@ TEST(Kernels, BinaryBroadcastsLikeNumpy) {
     for (int i = 0; i < 2; ++i)
       for (int k = 0; k < 4; ++k) s += a.at((i * 3 + j) * 4 + k);
     EXPECT_NEAR(back.at(j), s, 1e-12);
+  }
+}
+
+// exp underflows to exactly 0 (a causal mask's -inf must give a probability of 0, whatever the
+// vector width the build uses); tanh and GELU saturate exactly; GELU and its derivative match
+// the formula in double, and a reduction over a contiguous run matches the element loop.
+TEST(Kernels, ElementwiseEdgesAndGelu) {
+  for (DType dtype : {DType::f32, DType::f64}) {
+    Tensor x = Tensor::full({37}, 0.0, dtype);
+    for (std::int64_t i = 0; i < 37; ++i) {
+      const double v = i == 0 ? -std::numeric_limits<double>::infinity() : i == 1 ? -1000.0 : i == 2 ? 1000.0 : (i - 18) * 0.37;
+      if (dtype == DType::f32) x.data<float>()[i] = static_cast<float>(v);
+      else x.data<double>()[i] = v;
+    }
+    const Tensor e = unary(UnaryOp::exp, x);
+    EXPECT_EQ(e.at(0), 0.0);
+    EXPECT_EQ(e.at(1), 0.0);
+    const Tensor t = unary(UnaryOp::tanh, x);
+    EXPECT_EQ(t.at(1), -1.0);
+    EXPECT_EQ(t.at(2), 1.0);
+    const Tensor g = gelu_tanh(x), dg = gelu_tanh_grad(x);
+    EXPECT_EQ(g.at(1), 0.0);
+    EXPECT_EQ(g.at(2), 1000.0);
+    const double tolerance = dtype == DType::f32 ? 4e-6 : 1e-13;
+    for (std::int64_t i = 3; i < 37; ++i) {
+      const double v = x.at(i);
+      const double th = std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v));
+      EXPECT_NEAR(g.at(i), 0.5 * v * (1 + th), tolerance * (1 + std::abs(v))) << i;
+      const double d = 0.5 * (1 + th) + 0.5 * v * (1 - th * th) * 0.7978845608028654 * (1 + 3 * 0.044715 * v * v);
+      EXPECT_NEAR(dg.at(i), d, tolerance * (1 + std::abs(v))) << i;
+    }
+  }
+  // [2, 3, 4] summed over dimension 1 (contiguous run) and over {0, 2} (not contiguous).
+  Tensor a = values({2, 3, 4}, 7);
+  const Tensor s1 = reduce_sum(a, {1}), m02 = reduce_max(a, {0, 2});
+  for (int i = 0; i < 2; ++i) {
+    for (int k = 0; k < 4; ++k) {
+      double want = 0;
+      for (int j = 0; j < 3; ++j) want += a.at((i * 3 + j) * 4 + k);
+      EXPECT_DOUBLE_EQ(s1.at(i * 4 + k), want);
+    }
+  }
+  for (int j = 0; j < 3; ++j) {
+    double want = -std::numeric_limits<double>::infinity();
+    for (int i = 0; i < 2; ++i)
+      for (int k = 0; k < 4; ++k) want = std::max(want, a.at((i * 3 + j) * 4 + k));
+    EXPECT_EQ(m02.at(j), want);
   }
 }
 
