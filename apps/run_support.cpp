@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/text.h"
+#include "io/checkpoint.h"
 #include "io/checkpoint_dir.h"
 #include "mesh/mpi_check.h"
 
@@ -25,6 +26,27 @@ std::optional<std::string> claim_checkpoint_directory(const std::string& dir, bo
   return "--ckpt-dir '" + dir + "' already holds checkpoints up to step " + std::to_string(complete.back().first) +
          " (" + checkpoint_dir::file_name(complete.back().first) +
          "): --resume continues that run, --overwrite deletes them and starts over";
+}
+
+RunCheckpoints open_run_checkpoints(const Communicator& comm, const std::string& dir, bool resume, bool overwrite) {
+  RunCheckpoints out;
+  if (!dir.empty()) {
+    out.lock = lock_checkpoint_directory(comm, dir);
+    std::optional<std::string> refusal;
+    if (comm.rank() == 0) {
+      try {
+        refusal = claim_checkpoint_directory(dir, resume, overwrite);
+      } catch (const Error& e) {
+        refusal = e.what();
+      }
+    }
+    if (auto message = broadcast_root_message(comm, refusal)) throw UsageError(*message);
+  }
+  if (resume) {
+    out.resume_file = latest_checkpoint(dir);
+    if (!out.resume_file) throw UsageError("--resume: no checkpoint in '" + dir + "'");
+  }
+  return out;
 }
 
 double memory_per_rank_bytes() {

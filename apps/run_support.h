@@ -2,10 +2,12 @@
 // rule, the memory check before allocation, the parameter table they print.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "core/mesh_shape.h"
+#include "io/directory_lock.h"
 #include "nn/params.h"
 
 namespace tessera::apps {
@@ -15,6 +17,19 @@ namespace tessera::apps {
 // --resume would take them): it is refused (the returned message), or with --overwrite the old
 // ones go first.
 std::optional<std::string> claim_checkpoint_directory(const std::string& dir, bool resume, bool overwrite);
+
+// A run's checkpoint directory: rank 0's lock on it (held until this is destroyed, so no other
+// job writes there meanwhile) and, with --resume, the checkpoint to resume from.
+struct RunCheckpoints {
+  std::unique_ptr<DirectoryLock> lock;
+  std::optional<std::string> resume_file;
+};
+
+// Collective: locks `dir`, applies the fresh-run rule on rank 0 (claim_checkpoint_directory)
+// and agrees on its outcome (a refusal is a UsageError on every rank), and with `resume` finds
+// the latest checkpoint (UsageError "--resume: no checkpoint in 'DIR'" when there is none). An
+// empty `dir` gives no lock and no checkpoint.
+RunCheckpoints open_run_checkpoints(const Communicator& comm, const std::string& dir, bool resume, bool overwrite);
 
 // This rank's share of the node's physical memory: the node's memory over the ranks on it. A
 // per-node fact that may differ between nodes, so the ranks agree on the smallest share

@@ -13,7 +13,6 @@
 #include "apps/step_profile.h"
 #include "apps/synthetic_data.h"
 #include "io/checkpoint_dir.h"
-#include "io/directory_lock.h"
 #include "io/train_state_io.h"
 #include "core/buffer_pool.h"
 #include "core/error.h"
@@ -167,26 +166,9 @@ int run(const Options& o, int world_rank) {
   validate_setup(o, infos, mesh_shape, x_spec);
   check_memory(o, infos, mesh_shape, x_spec);
 
-  // Rank 0 holds the directory's lock until the run ends, so no other job writes there meanwhile.
-  std::unique_ptr<DirectoryLock> ckpt_lock;
-  if (!o.ckpt_dir.empty()) {
-    ckpt_lock = lock_checkpoint_directory(mesh.comm(), o.ckpt_dir);
-    std::optional<std::string> refusal;
-    if (root) {
-      try {
-        refusal = apps::claim_checkpoint_directory(o.ckpt_dir, o.resume, o.overwrite);
-      } catch (const Error& e) {
-        refusal = e.what();
-      }
-    }
-    if (auto message = broadcast_root_message(mesh.comm(), refusal)) throw UsageError(*message);
-  }
-
-  std::optional<std::string> resume_file;
-  if (o.resume) {
-    resume_file = latest_checkpoint(o.ckpt_dir);
-    if (!resume_file) throw UsageError("--resume: no checkpoint in '" + o.ckpt_dir + "'");
-  }
+  // Held until the run ends: rank 0's lock on the directory and the checkpoint to resume from.
+  const apps::RunCheckpoints checkpoints = apps::open_run_checkpoints(mesh.comm(), o.ckpt_dir, o.resume, o.overwrite);
+  const std::optional<std::string>& resume_file = checkpoints.resume_file;
 
   if (root) {
     std::cout << "train_mlp: " << mesh.to_string() << " over " << mesh.size() << " ranks\n"
