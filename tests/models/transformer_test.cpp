@@ -51,6 +51,9 @@ std::vector<MeshShape> meshes_of(int n) {
   return out;
 }
 
+// A mesh of more than one rank whose first axis is data: FSDP has something to split.
+bool splits_data(const MeshShape& shape) { return shape.size() > 1 && shape.names()[0] == "data"; }
+
 // Tokens [batch, seq] and their next-token labels, a fixed byte pattern per step.
 std::pair<ShardedTensor, ShardedTensor> batch_of(const Mesh& mesh, int step) {
   Tensor tokens(Shape{kBatch, kSeq}, DType::i32), labels(Shape{kBatch, kSeq}, DType::i32);
@@ -105,7 +108,7 @@ TEST(Transformer, LossAndGradientsMatchOneRankOnEveryMesh) {
     Mesh mesh = Mesh::world(shape);
     for (bool scan : {false, true}) {
       for (bool fsdp : {false, true}) {
-        if (fsdp && !(shape.size() > 1 && mesh.shape().names()[0] == "data")) continue;
+        if (fsdp && !splits_data(shape)) continue;
         const Transformer model{tiny(scan, fsdp)};
         const ParamTree params = params_on(model, mesh);
         auto [tokens, labels] = batch_of(mesh, 0);
@@ -140,7 +143,7 @@ TEST(Transformer, FiveAdamStepsMatchOneRank) {
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     Mesh mesh = Mesh::world(shapes[i]);
     // Loop on every mesh; the last mesh of this rank count also stacked with FSDP.
-    const bool variant = i + 1 == shapes.size() && shapes[i].size() > 1 && shapes[i].names()[0] == "data";
+    const bool variant = i + 1 == shapes.size() && splits_data(shapes[i]);
     const Transformer model{tiny(variant, variant)};
     std::vector<double> losses;
     const ParamTree got = run(model, mesh, losses);
@@ -209,7 +212,7 @@ TEST(Transformer, RematGivesTheSameGradientsBitForBit) {
     Mesh mesh = Mesh::world(shape);
     for (bool scan : {false, true}) {
       for (bool fsdp : {false, true}) {
-        if (fsdp && !(shape.size() > 1 && mesh.shape().names()[0] == "data")) continue;
+        if (fsdp && !splits_data(shape)) continue;
         TransformerConfig c = tiny(scan, fsdp);
         c.layers = 4;
         const Transformer plain{c};
@@ -267,7 +270,7 @@ TEST(Transformer, Bf16TracksF32OnEveryMesh) {
   for (const auto& shape : meshes_of(world_size())) {
     Mesh mesh = Mesh::world(shape);
     for (bool fsdp : {false, true}) {
-      if (fsdp && !(shape.size() > 1 && mesh.shape().names()[0] == "data")) continue;
+      if (fsdp && !splits_data(shape)) continue;
       TransformerConfig b = c;
       b.bf16 = true;
       b.fsdp = fsdp;
