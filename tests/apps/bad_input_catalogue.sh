@@ -114,6 +114,7 @@ expect train_mlp.microbatches_do_not_divide 2 "train_mlp: --microbatches 3 does 
   mpi "$tm" "${small[@]}" --microbatches 3
 expect train_mlp.resume_without_dir 2 'train_mlp: --resume, --save-every and --overwrite need --ckpt-dir' mpi "$tm" "${small[@]}" --resume
 expect train_mlp.overwrite_without_dir 2 'train_mlp: --resume, --save-every and --overwrite need --ckpt-dir' mpi "$tm" "${small[@]}" --overwrite
+expect train_lm.dtype_unknown 2 '^--dtype: fp16 not in \{f32,bf16\}$' mpi "$apps/train_lm" --dtype fp16
 expect train_mlp.resume_and_overwrite 2 '^train_mlp: --resume and --overwrite exclude each other$' \
   mpi "$tm" "${small[@]}" --resume --overwrite --ckpt-dir "$work/unused"
 expect train_mlp.layers_too_many 2 '^train_mlp: --layers must be <= 10000, got 10001$' mpi "$tm" "${small[@]}" --layers 10001
@@ -158,6 +159,7 @@ expect bench_collectives.min_above_max 2 'bench_collectives: --max must be betwe
 expect bench_collectives.unknown_op 2 "bench_collectives: --ops: unknown collective 'gather_all' \(all_gather, reduce_scatter, all_to_all, all_reduce\)" mpi "$apps/bench_collectives" --ops gather_all
 expect bench_train.copy_mib_zero 2 '^bench_train: --copy-mib must be between 1 and 65536, got 0$' mpi "$apps/bench_train" --copy-mib 0
 expect bench_train.steps_zero 2 'bench_train: --steps must be >= 1' mpi "$apps/bench_train" --steps 0
+expect bench_train.model_unknown 2 "^bench_train: --model must be mlp or lm, got 'gpt'$" mpi "$apps/bench_train" --model gpt
 expect bench_collectives.iters_zero 2 '^bench_collectives: --iters must be >= 1, got 0$' mpi "$apps/bench_collectives" --iters 0
 expect bench_collectives.warmup_negative 2 '^bench_collectives: --warmup must be >= 0, got -1$' mpi "$apps/bench_collectives" --warmup -1
 expect bench_train.measure_seconds_zero 2 '^bench_train: --measure-seconds must be > 0 and <= 3600, got 0$' \
