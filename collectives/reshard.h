@@ -13,7 +13,12 @@
 // minor end (that is where a collective's blocks are contiguous); where the target's axis order
 // cannot be reached that way, one "permute" or "redistribute" step moves every element at most
 // once, and the plan's note says how many bytes the order change costs beyond the table.
-// Axes of size 1 never cost a step. bytes_per_rank is the most any rank sends (comm_stats.h).
+// Axes of size 1 never cost a step. A step's bytes_per_rank is the most any rank sends in it
+// (comm_stats.h), from each rank's real block: on uneven dimensions (core/spec.h's block rule)
+// blocks differ, and a step is taken only where its collective moves whole blocks (the fine
+// blocks tile the coarse ones, blocks_nest); otherwise the plan relayouts. The plan's
+// bytes_per_rank is the sum over its steps: what every rank sends when the splits are even, an
+// upper bound of what any rank sends when they are not.
 #pragma once
 
 #include <cstdint>

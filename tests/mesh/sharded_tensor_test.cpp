@@ -35,7 +35,7 @@ TEST(ShardedTensor, FromFnToGlobalEqualsReferenceForEverySpec) {
       Tensor expected = reference(global);
       for (const Spec& spec : all_specs(shape, static_cast<int>(global.size()), false)) {
         auto x = ShardedTensor::from_fn(mesh, spec, global, DType::f32, hashed, "x");
-        EXPECT_EQ(x.local().shape(), local_shape(spec, shape, global));
+        EXPECT_EQ(x.local().shape(), local_shape(spec, shape, global, mesh.coords()));
         EXPECT_TRUE(x.to_global().bit_equal(expected)) << shape.to_string() << " " << spec.to_string();
         // The block is where the layout rule says: its first element is the offsets' element.
         auto offsets = x.block_offsets();
