@@ -80,7 +80,7 @@ std::int64_t table_bytes(const MeshShape& mesh, const Spec& source, const Spec& 
 // Value-preserving: to_global(reshard(x, t)) == to_global(x) (partial sums aside, which are
 // deterministic run to run). Equal specs: the returned object is the only copy, 0 bytes move.
 // SpecError (same text on every rank, before any communication) for a target naming an unknown
-// axis, an axis twice, or sizes that do not divide.
+// axis, an axis twice, or more dimensions than the tensor has (any size is valid: the block rule).
 ShardedTensor reshard(const ShardedTensor& x, const Spec& target);
 // Reuses x's storage where it can (no-op, zero, in-place all-reduce).
 ShardedTensor reshard(ShardedTensor&& x, const Spec& target);

@@ -194,6 +194,19 @@ void validate_spec(const Spec& spec, const MeshShape& mesh, const Shape& shape, 
   }
 }
 
+void require_even_split(const Spec& spec, const MeshShape& mesh, const Shape& shape, std::string_view name,
+                        const std::vector<bool>& skip) {
+  for (int d = 0; d < spec.ndim() && d < static_cast<int>(shape.size()); ++d) {
+    if (spec.dims[d].empty() || (d < static_cast<int>(skip.size()) && skip[d])) continue;
+    const int count = mesh.axes_size(spec.dims[d]);
+    if (shape[d] % count != 0) {
+      throw SpecError("dimension " + std::to_string(d) + (name.empty() ? "" : " of '" + std::string(name) + "'") +
+                      " (size " + std::to_string(shape[d]) + ") does not divide over axes " +
+                      parenthesized(spec.dims[d]) + " of size " + std::to_string(count));
+    }
+  }
+}
+
 int shard_count(const Spec& spec, const MeshShape& mesh, int d) { return mesh.axes_size(spec.axes(d)); }
 
 std::int64_t block_chunk(std::int64_t n, std::int64_t s) { return s <= 1 ? n : (n + s - 1) / s; }

@@ -54,6 +54,14 @@ std::vector<MeshShape> meshes_of(int n) {
 // A mesh of more than one rank whose first axis is data: FSDP has something to split.
 bool splits_data(const MeshShape& shape) { return shape.size() > 1 && shape.names()[0] == "data"; }
 
+// Whether some mesh of n ranks splits the vocabulary over a model axis of size > 1.
+bool shape_has_model_axis_of(int n) {
+  for (const auto& m : meshes_of(n)) {
+    if (m.has_axis("model") && m.axis_size("model") > 1) return true;
+  }
+  return false;
+}
+
 // Tokens [batch, seq] and their next-token labels, a fixed byte pattern per step.
 std::pair<ShardedTensor, ShardedTensor> batch_of(const Mesh& mesh, int step) {
   Tensor tokens(Shape{kBatch, kSeq}, DType::i32), labels(Shape{kBatch, kSeq}, DType::i32);
@@ -123,6 +131,39 @@ TEST(Transformer, LossAndGradientsMatchOneRankOnEveryMesh) {
     }
   }
   EXPECT_GT(checked, 0);
+}
+
+// A vocabulary that the model axis does not divide (257 = 129 + 128 on model=2; 65, 65, 65, 62
+// on model=4): the embedding lookup, the vocab-parallel loss and their gradients follow the block
+// rule, and loss and gradients equal one rank's, with FSDP and stacked too.
+TEST(Transformer, UnevenVocabularyMatchesOneRank) {
+  Mesh one = self_mesh({"data", "seq", "model"});
+  TransformerConfig base = tiny(false, false);
+  base.vocab = 257;
+  const Transformer ref_model{base};
+  auto [ref_tokens, ref_labels] = batch_of(one, 0);
+  const auto ref = value_and_grad(params_on(ref_model, one), loss_of(ref_model), Batch{ref_tokens, ref_labels});
+  int uneven = 0;
+  for (const auto& shape : meshes_of(world_size())) {
+    Mesh mesh = Mesh::world(shape);
+    for (bool scan : {false, true}) {
+      for (bool fsdp : {false, true}) {
+        if (fsdp && !splits_data(shape)) continue;
+        TransformerConfig c = tiny(scan, fsdp);
+        c.vocab = 257;
+        const Transformer model{c};
+        const ParamTree params = params_on(model, mesh);
+        uneven += !splits_evenly(params.at("embed").spec(), shape, params.at("embed").global_shape());
+        auto [tokens, labels] = batch_of(mesh, 0);
+        auto got = value_and_grad(params, loss_of(model), Batch{tokens, labels});
+        const std::string label = shape.to_string() + (scan ? " scan" : " loop") + (fsdp ? " fsdp" : "");
+        EXPECT_NEAR(got.loss, ref.loss, 1e-5 * ref.loss) << label;
+        const ParamTree want = scan ? stack_transformer_params(ref.grads, c.layers, one) : ref.grads;
+        expect_trees_near(got.grads, want, 1e-5, label);
+      }
+    }
+  }
+  if (shape_has_model_axis_of(world_size())) EXPECT_GT(uneven, 0);
 }
 
 TEST(Transformer, FiveAdamStepsMatchOneRank) {
