@@ -13,6 +13,7 @@
 
 #include "collectives/reshard.h"
 #include "core/error.h"
+#include "tests/collectives/reshard_test_support.h"
 #include "tests/test_meshes.h"
 
 namespace tessera {
@@ -23,18 +24,8 @@ using testing_support::meshes_of_size;
 using testing_support::world_rank;
 using testing_support::world_size;
 
-double value(std::int64_t i) { return static_cast<double>((i * 7919) % 1009); }
-
-// A partial source whose summands differ on every rank of the partial axes.
-ShardedTensor partial_source(const Mesh& mesh, const Spec& spec, const Shape& global) {
-  auto x = ShardedTensor::from_fn(mesh, spec, global, DType::f32, value, "x");
-  if (!spec.is_partial()) return x;
-  const int parts = mesh.shape().axes_size(spec.partial);
-  const int k = mesh.axes_rank(spec.partial);
-  const float shift = k == 0 ? -static_cast<float>(parts * (parts - 1) / 2) : static_cast<float>(k);
-  for (auto& v : x.local().values<float>()) v += shift;
-  return x;
-}
+using reshard_testing::partial_source;
+using reshard_testing::value;
 
 void every_pair(const std::vector<Shape>& shapes, const char* label, bool always_uneven) {
   int pairs = 0, uneven_pairs = 0;
