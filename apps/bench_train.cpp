@@ -168,7 +168,7 @@ std::vector<double> time_steps(const Options& o, nn::TrainState& state, const nn
 
 double local_param_count(const nn::ParamInfos& infos, const MeshShape& mesh) {
   double total = 0;
-  for (const auto& info : infos) total += static_cast<double>(numel(local_shape(info.spec, mesh, info.shape)));
+  for (const auto& info : infos) total += static_cast<double>(numel(max_local_shape(info.spec, mesh, info.shape)));
   return total;
 }
 

@@ -95,7 +95,7 @@ std::string parameter_table(const nn::ParamInfos& infos, const MeshShape& mesh) 
   for (const auto& info : infos) {
     std::snprintf(line, sizeof line, "%-36s %-18s %-24s %-22s %s\n", info.path.c_str(),
                   shape_to_string(info.shape).c_str(), join_names(info.logical_names()).c_str(),
-                  info.spec.to_string().c_str(), shape_to_string(local_shape(info.spec, mesh, info.shape)).c_str());
+                  info.spec.to_string().c_str(), shape_to_string(max_local_shape(info.spec, mesh, info.shape)).c_str());
     out << line;
     total += numel(info.shape);
   }

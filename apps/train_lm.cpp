@@ -291,7 +291,7 @@ double estimate_bytes_per_rank(const Options& o, const nn::ParamInfos& infos, co
   double params = 0;
   for (const auto& info : infos) {
     double n = static_cast<double>(dtype_size(info.dtype));
-    for (auto d : local_shape(info.spec, mesh, info.shape)) n *= static_cast<double>(d);
+    for (auto d : max_local_shape(info.spec, mesh, info.shape)) n *= static_cast<double>(d);
     params += n;
   }
   const auto size_of = [&](const char* axis) {

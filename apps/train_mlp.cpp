@@ -93,11 +93,18 @@ void validate_flags(const Options& o) {
 }
 
 // Checks that cost nothing but catch bad input before any allocation: every parameter's spec
-// divides its shape, and each rank's batch block splits into the microbatches.
+// is valid on the mesh, and every rank's batch block (the block rule: they may differ) splits
+// into the microbatches.
 void validate_setup(const Options& o, const nn::ParamInfos& infos, const MeshShape& mesh, const Spec& x_spec) {
   for (const auto& info : infos) validate_spec(info.spec, mesh, info.shape, info.path);
-  const std::int64_t local_batch = o.batch / shard_count(x_spec.padded(2), mesh, 0);
-  if (local_batch % o.microbatches != 0) {
+  std::int64_t local_batch = 0;
+  for (auto rows : block_extents(o.batch, shard_count(x_spec.padded(2), mesh, 0))) {
+    if (rows % o.microbatches != 0) {
+      local_batch = rows;
+      break;
+    }
+  }
+  if (local_batch != 0) {
     throw UsageError("--microbatches " + std::to_string(o.microbatches) + " does not divide each rank's batch block of " +
                      std::to_string(local_batch) + " rows (batch " + std::to_string(o.batch) + " split as " +
                      x_spec.to_string() + ")");
@@ -128,14 +135,14 @@ double estimate_bytes_per_rank(const Options& o, const nn::ParamInfos& infos, co
   double params = 0, largest_global = 0, largest_local = 0;
   for (const auto& info : infos) {
     const double bytes = static_cast<double>(dtype_size(info.dtype));
-    const double local = local_numel(local_shape(info.spec, mesh, info.shape)) * bytes;
+    const double local = local_numel(max_local_shape(info.spec, mesh, info.shape)) * bytes;
     params += local;
     largest_local = std::max(largest_local, local);
     // A stack's picture gathers one layer only.
     const double global = local_numel(info.shape) * bytes;
     largest_global = std::max(largest_global, info.shape.size() == 3 ? global / info.shape[0] : global);
   }
-  const double rows = static_cast<double>(o.batch) / shard_count(x_spec.padded(2), mesh, 0);
+  const double rows = static_cast<double>(block_chunk(o.batch, shard_count(x_spec.padded(2), mesh, 0)));
   const nn::Precision precision = nn::Precision::parse(o.dtype);
   const double block = rows * static_cast<double>(o.depth) * static_cast<double>(dtype_size(precision.compute));
   const double activations = o.remat ? (o.layers + 4.0) * block : 4.0 * o.layers * block;

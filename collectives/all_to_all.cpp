@@ -12,6 +12,11 @@ Tensor all_to_all(const Mesh& mesh, const Tensor& local, const Axes& axes, int s
   const CommTimer timer;  // this rank's time inside collectives (CommStats::seconds)
   const Communicator& comm = mesh.axes_comm(axes);
   const int n = comm.size();
+  if (split_dim >= 0 && split_dim < local.ndim() && concat_dim >= 0 && concat_dim < local.ndim() &&
+      local.shape()[split_dim] % n != 0) {
+    return all_to_all(mesh, local, axes, split_dim, block_extents(local.shape()[split_dim], n), concat_dim,
+                      std::vector<std::int64_t>(n, local.shape()[concat_dim]));
+  }
   const detail::BlockLayout send_layout =
       detail::block_layout(local.shape(), local.dtype(), split_dim, n, "all_to_all (split dimension)");
   detail::block_layout(local.shape(), local.dtype(), concat_dim, 1, "all_to_all (concat dimension)");

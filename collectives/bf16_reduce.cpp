@@ -70,4 +70,23 @@ void reduce_scatter_bf16(const bfloat16* send, bfloat16* recv, int count, const 
   combine_pieces(gathered, recv, count, n, ReduceOp::sum);
 }
 
+void reduce_scatter_bf16_v(const bfloat16* send, bfloat16* recv, const std::vector<int>& counts,
+                           const Communicator& comm) {
+  const int n = comm.size();
+  const int mine = counts[comm.rank()];
+  std::vector<int> displs(n), recv_counts(n, mine), recv_displs(n);
+  for (int k = 0, at = 0; k < n; ++k) {
+    displs[k] = at;
+    at += counts[k];
+    recv_displs[k] = k * mine;
+  }
+  checked_count(static_cast<std::int64_t>(n) * mine, "bf16 reduce_scatter");
+  Tensor pieces = scratch_buffer(static_cast<std::int64_t>(n) * mine * 2);
+  auto* gathered = static_cast<bfloat16*>(pieces.raw());
+  check_mpi(MPI_Alltoallv(send, counts.data(), displs.data(), MPI_UINT16_T, gathered, recv_counts.data(),
+                          recv_displs.data(), MPI_UINT16_T, comm.handle()),
+            "MPI_Alltoallv (bf16 reduce_scatter)");
+  if (mine > 0) combine_pieces(gathered, recv, mine, n, ReduceOp::sum);
+}
+
 }  // namespace tessera::detail

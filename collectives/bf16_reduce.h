@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "collectives/collectives.h"
 #include "core/bfloat16.h"
@@ -23,5 +24,9 @@ void all_reduce_bf16(const bfloat16* send, bfloat16* recv, std::int64_t count, c
 // send is [n][count] (block k for rank k); recv[i] = round(sum over ranks r of f32(send_r[me][i])).
 // count <= INT_MAX (the caller checks).
 void reduce_scatter_bf16(const bfloat16* send, bfloat16* recv, int count, const Communicator& comm);
+// Uneven pieces: send is piece k (counts[k] elements) for rank k, consecutively; recv gets
+// counts[me] elements.
+void reduce_scatter_bf16_v(const bfloat16* send, bfloat16* recv, const std::vector<int>& counts,
+                           const Communicator& comm);
 
 }  // namespace tessera::detail

@@ -9,8 +9,16 @@
 // (all dimensions before it have extent 1); inner dimensions move through strided MPI datatypes
 // (or memcpy packing, see layout.h). Errors (a dimension out of range, a size that does not
 // divide, a bad permutation) are ShapeError / SpecError raised before any communication.
+//
+// Uneven blocks (core/spec.h's block rule, or any extents): the overloads taking block extents
+// move blocks of different sizes along the dimension (MPI_Allgatherv, MPI_Reduce_scatter,
+// MPI_Alltoallv over block-major packed buffers). reduce_scatter and all_to_all without extents
+// split a dimension that n does not divide by the block rule. Records count the real bytes:
+// an all_gather sends (n - 1) times this rank's block, a reduce_scatter or all_to_all its input
+// less the piece it keeps.
 #pragma once
 
+#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -25,13 +33,27 @@ namespace tessera {
 // Result: local.shape with dim multiplied by n.
 Tensor all_gather(const Mesh& mesh, const Tensor& local, const Axes& axes, int dim);
 
-// Sums the blocks of all ranks, then keeps block axes_rank(axes) of n along `dim`.
-// local.shape[dim] must divide by n. Result: dim divided by n.
-Tensor reduce_scatter(const Mesh& mesh, const Tensor& local, const Axes& axes, int dim);
+// Uneven blocks: rank k's block has extents[k] along `dim` (extents[axes_rank] must be this
+// rank's); the result has their sum.
+Tensor all_gather(const Mesh& mesh, const Tensor& local, const Axes& axes, int dim,
+                  const std::vector<std::int64_t>& extents);
 
-// Splits `split_dim` into n pieces and sends piece k to rank k; the pieces received are
-// concatenated along `concat_dim` in rank order. Result: split_dim / n, concat_dim * n.
+// Sums the blocks of all ranks, then keeps block axes_rank(axes) of n along `dim`, by the block
+// rule of core/spec.h (blocks of ceil(size / n), the trailing ones short or empty).
+Tensor reduce_scatter(const Mesh& mesh, const Tensor& local, const Axes& axes, int dim);
+// Rank k keeps the k-th piece of the given extents (they add up to local.shape[dim]).
+Tensor reduce_scatter(const Mesh& mesh, const Tensor& local, const Axes& axes, int dim,
+                      const std::vector<std::int64_t>& extents);
+
+// Splits `split_dim` into n pieces (the block rule) and sends piece k to rank k; the pieces
+// received are concatenated along `concat_dim` in rank order (every rank's concat extent is taken
+// to be this rank's). Result: split_dim / n, concat_dim * n when n divides split_dim.
 Tensor all_to_all(const Mesh& mesh, const Tensor& local, const Axes& axes, int split_dim, int concat_dim);
+// Uneven: piece k has split_extents[k] along split_dim; rank k's block has concat_extents[k]
+// along concat_dim.
+Tensor all_to_all(const Mesh& mesh, const Tensor& local, const Axes& axes, int split_dim,
+                  const std::vector<std::int64_t>& split_extents, int concat_dim,
+                  const std::vector<std::int64_t>& concat_extents);
 
 enum class ReduceOp { sum, max };
 // Elementwise sum (or max) over the ranks of axes_comm(axes); every rank gets the same bits.

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "core/shape.h"
 #include "core/tensor.h"
@@ -68,5 +69,34 @@ MpiType strided_block_type(const BlockLayout& layout, std::string_view what);
 
 // An element count as MPI's int; throws MpiError naming `what` instead of overflowing.
 int checked_count(std::int64_t count, std::string_view what);
+
+}  // namespace tessera::detail
+
+namespace tessera::detail {
+
+// A tensor seen as [outer][extents[0] + ... + extents[n-1]][row bytes] along one dimension whose
+// n blocks have the given extents (uneven blocks, core/spec.h's block rule or any other).
+struct VarLayout {
+  std::int64_t outer = 1;  // product of the extents before the dimension
+  std::int64_t row = 0;    // bytes of one index of the dimension (product of later extents)
+  std::vector<std::int64_t> extents;
+  std::vector<std::int64_t> starts;  // prefix sums of extents
+  std::int64_t total = 0;            // sum of extents
+  int n() const { return static_cast<int>(extents.size()); }
+  bool consecutive() const { return outer == 1; }
+  std::int64_t block_bytes(int k) const { return outer * extents[k] * row; }
+};
+
+// Throws ShapeError (naming `what`) when dim is out of range, an extent is negative or the
+// extents do not add up to shape[dim].
+VarLayout var_layout(const Shape& shape, DType dtype, int dim, std::vector<std::int64_t> extents, std::string_view what);
+
+// [outer][total][row] -> [k][outer][extents[k]][row]
+void pack_var(const void* src, void* dst, const VarLayout& layout);
+// [k][outer][extents[k]][row] -> [outer][total][row]
+void unpack_var(const void* src, void* dst, const VarLayout& layout);
+
+// Whether all n extents are equal.
+bool all_equal(const std::vector<std::int64_t>& extents);
 
 }  // namespace tessera::detail

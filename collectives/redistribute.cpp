@@ -57,8 +57,8 @@ RedistributeBoxes redistribute_boxes(const MeshShape& mesh, const Spec& from, co
     if (from.dim_of(a) < 0) from_replicated.push_back(mesh.axis_index(a));
   }
   const int group = mesh.axes_size(axes);
-  const Shape from_shape = local_shape(from, mesh, global);
-  const Shape to_shape = local_shape(to, mesh, global);
+  const Shape from_shape = local_shape(from, mesh, global, coords);
+  const Shape to_shape = local_shape(to, mesh, global, coords);
   const auto my_from = block_offsets(from, mesh, global, coords);
   const auto my_to = block_offsets(to, mesh, global, coords);
   RedistributeBoxes out;
@@ -77,11 +77,11 @@ RedistributeBoxes redistribute_boxes(const MeshShape& mesh, const Spec& from, co
     for (int a : from_replicated) holder = holder && peer[a] == coords[a];
     if (!holder) continue;
     const auto peer_to = block_offsets(to, mesh, global, peer);
-    if (intersect(my_from, from_shape, peer_to, to_shape, &lo, &extent)) {
+    if (intersect(my_from, from_shape, peer_to, local_shape(to, mesh, global, peer), &lo, &extent)) {
       out.sends.push_back({p, minus(lo, my_from), minus(lo, peer_to), extent});
     }
     const auto peer_from = block_offsets(from, mesh, global, peer);
-    if (intersect(peer_from, from_shape, my_to, to_shape, &lo, &extent)) {
+    if (intersect(peer_from, local_shape(from, mesh, global, peer), my_to, to_shape, &lo, &extent)) {
       out.receives.push_back({p, minus(lo, peer_from), minus(lo, my_to), extent});
     }
   }
@@ -92,14 +92,13 @@ std::vector<std::vector<std::int64_t>> redistribute_matrix(const MeshShape& mesh
                                                        const Shape& global) {
   const Axes axes = redistribute_axes(mesh, from, to);
   const int group = mesh.axes_size(axes);
-  const Shape from_shape = local_shape(from, mesh, global);
-  const Shape to_shape = local_shape(to, mesh, global);
   std::vector<int> from_replicated;
   for (const auto& a : axes) {
     if (from.dim_of(a) < 0) from_replicated.push_back(mesh.axis_index(a));
   }
   std::vector<std::vector<int>> coords(group, std::vector<int>(mesh.ndim(), 0));
   std::vector<std::vector<std::int64_t>> from_at(group), to_at(group);
+  std::vector<Shape> from_shape(group), to_shape(group);
   for (int p = 0; p < group; ++p) {
     for (int i = static_cast<int>(axes.size()) - 1, rest = p; i >= 0; --i) {
       const int a = mesh.axis_index(axes[i]);
@@ -108,6 +107,8 @@ std::vector<std::vector<std::int64_t>> redistribute_matrix(const MeshShape& mesh
     }
     from_at[p] = block_offsets(from, mesh, global, coords[p]);
     to_at[p] = block_offsets(to, mesh, global, coords[p]);
+    from_shape[p] = local_shape(from, mesh, global, coords[p]);
+    to_shape[p] = local_shape(to, mesh, global, coords[p]);
   }
   std::vector<std::vector<std::int64_t>> out(group, std::vector<std::int64_t>(group, 0));
   std::vector<std::int64_t> lo;
@@ -116,7 +117,7 @@ std::vector<std::vector<std::int64_t>> redistribute_matrix(const MeshShape& mesh
     for (int q = 0; q < group; ++q) {
       bool holder = true;
       for (int a : from_replicated) holder = holder && coords[s][a] == coords[q][a];
-      if (holder && intersect(from_at[s], from_shape, to_at[q], to_shape, &lo, &extent)) out[s][q] = numel(extent);
+      if (holder && intersect(from_at[s], from_shape[s], to_at[q], to_shape[q], &lo, &extent)) out[s][q] = numel(extent);
     }
   }
   return out;
@@ -124,8 +125,11 @@ std::vector<std::vector<std::int64_t>> redistribute_matrix(const MeshShape& mesh
 
 bool redistribute_is_permutation(const MeshShape& mesh, const Spec& from, const Spec& to, const Shape& global,
                              std::vector<std::pair<int, int>>* pairs) {
-  const Shape from_shape = local_shape(from, mesh, global);
-  if (from_shape != local_shape(to, mesh, global)) return false;
+  // Uneven blocks differ in shape from rank to rank: a whole-block exchange is a permutation only
+  // between blocks of one shape, which even splits guarantee.
+  if (!splits_evenly(from, mesh, global) || !splits_evenly(to, mesh, global)) return false;
+  const Shape from_shape = max_local_shape(from, mesh, global);
+  if (from_shape != max_local_shape(to, mesh, global)) return false;
   const std::int64_t whole = numel(from_shape);
   const auto matrix = redistribute_matrix(mesh, from, to, global);
   const int group = static_cast<int>(matrix.size());
@@ -153,7 +157,7 @@ Tensor redistribute(const Mesh& mesh, const Spec& from, const Spec& to, const Sh
   const int me = comm.rank();
   const auto boxes = redistribute_boxes(mesh.shape(), from, to, global, mesh.coords());
   const std::int64_t elem = static_cast<std::int64_t>(dtype_size(local.dtype()));
-  Tensor out = Tensor::empty(local_shape(to, mesh.shape(), global), local.dtype());
+  Tensor out = Tensor::empty(local_shape(to, mesh.shape(), global, mesh.coords()), local.dtype());
 
   // Counts and displacements are in elements (a contiguous type of one element's bytes), so a
   // rank may send and receive up to 2^31 - 1 elements in all, not 2^31 - 1 bytes.

@@ -14,6 +14,9 @@ Tensor reduce_scatter(const Mesh& mesh, const Tensor& local, const Axes& axes, i
   const CommTimer timer;  // this rank's time inside collectives (CommStats::seconds)
   const Communicator& comm = mesh.axes_comm(axes);
   const int n = comm.size();
+  if (dim >= 0 && dim < local.ndim() && local.shape()[dim] % n != 0) {
+    return reduce_scatter(mesh, local, axes, dim, block_extents(local.shape()[dim], n));
+  }
   const detail::BlockLayout layout = detail::block_layout(local.shape(), local.dtype(), dim, n, "reduce_scatter");
   const std::int64_t bytes = static_cast<std::int64_t>(local.nbytes());
   CommStats::global().record({CommOp::reduce_scatter, axes, dim, send_bytes(CommOp::reduce_scatter, n, bytes)});

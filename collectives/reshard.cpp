@@ -23,11 +23,12 @@ Spec checked_target(const ShardedTensor& x, const Spec& target) {
   return target.padded(x.ndim());
 }
 
-// This rank's block index along `axes` (mixed radix), for local slices and pads.
-std::vector<std::int64_t> offsets_along(const Mesh& mesh, int ndim, int dim, const Axes& axes, std::int64_t extent) {
-  std::vector<std::int64_t> offsets(ndim, 0);
-  offsets[dim] = mesh.axes_rank(axes) * extent;
-  return offsets;
+// The offsets of this rank's `inner` block inside its `outer` block (a slice's or a pad's).
+std::vector<std::int64_t> offsets_within(const Mesh& mesh, const Shape& global, const Spec& inner, const Spec& outer) {
+  auto at = block_offsets(inner, mesh.shape(), global, mesh.coords());
+  const auto base = block_offsets(outer, mesh.shape(), global, mesh.coords());
+  for (std::size_t d = 0; d < at.size(); ++d) at[d] -= base[d];
+  return at;
 }
 
 bool holds_value_on(const Mesh& mesh, const Axes& axes) {
@@ -43,26 +44,27 @@ Tensor run_steps(const Mesh& mesh, const Shape& global, Spec cur, const std::vec
   // `x` is the current block: the borrowed input until the first step writes a new one.
   bool owned = owned_input;
   auto current = [&]() -> const Tensor& { return owned ? local : *borrowed; };
-  const int ndim = static_cast<int>(global.size());
   for (const auto& step : steps) {
     const Tensor& x = current();
     Tensor next;
     switch (step.op) {
-      case CommOp::slice: {
-        Shape shape = x.shape();
-        shape[step.dim] /= mesh.shape().axes_size(step.axes);
-        next = extract_block(x, offsets_along(mesh, ndim, step.dim, step.axes, shape[step.dim]), shape);
+      case CommOp::slice:
+        next = extract_block(x, offsets_within(mesh, global, step.after, cur),
+                             local_shape(step.after, mesh.shape(), global, mesh.coords()));
         break;
-      }
       case CommOp::all_gather:
-        next = all_gather(mesh, x, step.axes, step.dim);
+        next = all_gather(mesh, x, step.axes, step.dim,
+                          group_block_extents(cur, mesh.shape(), global, step.dim, step.axes, mesh.coords()));
         break;
       case CommOp::reduce_scatter:
-        next = reduce_scatter(mesh, x, step.axes, step.dim);
+        next = reduce_scatter(mesh, x, step.axes, step.dim,
+                              group_block_extents(step.after, mesh.shape(), global, step.dim, step.axes, mesh.coords()));
         break;
       case CommOp::all_to_all:
         // The axes leave dimension `dim` (its blocks are concatenated) and split `dim_to`.
-        next = all_to_all(mesh, x, step.axes, step.dim_to, step.dim);
+        next = all_to_all(mesh, x, step.axes, step.dim_to,
+                          group_block_extents(step.after, mesh.shape(), global, step.dim_to, step.axes, mesh.coords()),
+                          step.dim, group_block_extents(cur, mesh.shape(), global, step.dim, step.axes, mesh.coords()));
         break;
       case CommOp::all_reduce:
         next = owned ? all_reduce(mesh, std::move(local), step.axes) : all_reduce(mesh, x, step.axes);
@@ -77,13 +79,10 @@ Tensor run_steps(const Mesh& mesh, const Shape& global, Spec cur, const std::vec
           next = Tensor(x.shape(), x.dtype());
         }
         break;
-      case CommOp::pad: {
-        Shape shape = x.shape();
-        shape[step.dim] *= mesh.shape().axes_size(step.axes);
-        next = Tensor(shape, x.dtype());
-        insert_block(next, x, offsets_along(mesh, ndim, step.dim, step.axes, x.shape()[step.dim]));
+      case CommOp::pad:
+        next = Tensor(local_shape(step.after, mesh.shape(), global, mesh.coords()), x.dtype());
+        insert_block(next, x, offsets_within(mesh, global, cur, step.after));
         break;
-      }
       case CommOp::permute:
         next = permute(mesh, x, step.axes, step.pairs);
         break;
@@ -92,6 +91,10 @@ Tensor run_steps(const Mesh& mesh, const Shape& global, Spec cur, const std::vec
         break;
       case CommOp::broadcast:
         throw Error("reshard: a plan has no broadcast step");
+    }
+    if (next.shape() != local_shape(step.after, mesh.shape(), global, mesh.coords())) {
+      throw Error("reshard: step '" + step.to_string() + "' gave a block of shape " + shape_to_string(next.shape()) +
+                  ", expected " + shape_to_string(local_shape(step.after, mesh.shape(), global, mesh.coords())));
     }
     local = std::move(next);
     owned = true;

@@ -13,7 +13,12 @@
 // minor end (that is where a collective's blocks are contiguous); where the target's axis order
 // cannot be reached that way, one "permute" or "redistribute" step moves every element at most
 // once, and the plan's note says how many bytes the order change costs beyond the table.
-// Axes of size 1 never cost a step. bytes_per_rank is the most any rank sends (comm_stats.h).
+// Axes of size 1 never cost a step. A step's bytes_per_rank is the most any rank sends in it
+// (comm_stats.h), from each rank's real block: on uneven dimensions (core/spec.h's block rule)
+// blocks differ, and a step is taken only where its collective moves whole blocks (the fine
+// blocks tile the coarse ones, blocks_nest); otherwise the plan relayouts. The plan's
+// bytes_per_rank is the sum over its steps: what every rank sends when the splits are even, an
+// upper bound of what any rank sends when they are not.
 #pragma once
 
 #include <cstdint>
@@ -75,7 +80,7 @@ std::int64_t table_bytes(const MeshShape& mesh, const Spec& source, const Spec& 
 // Value-preserving: to_global(reshard(x, t)) == to_global(x) (partial sums aside, which are
 // deterministic run to run). Equal specs: the returned object is the only copy, 0 bytes move.
 // SpecError (same text on every rank, before any communication) for a target naming an unknown
-// axis, an axis twice, or sizes that do not divide.
+// axis, an axis twice, or more dimensions than the tensor has (any size is valid: the block rule).
 ShardedTensor reshard(const ShardedTensor& x, const Spec& target);
 // Reuses x's storage where it can (no-op, zero, in-place all-reduce).
 ShardedTensor reshard(ShardedTensor&& x, const Spec& target);

@@ -37,10 +37,75 @@ struct Problem {
   Spec target;  // without trivial axes
   Shape global;
   DType dtype;
+  bool even = true;  // source and target split every dimension evenly
 };
 
+// The bytes of the largest block (every block's, for even splits).
 std::int64_t block_bytes(const Problem& p, const Spec& s) {
-  return numel(local_shape(s, p.mesh, p.global)) * static_cast<std::int64_t>(dtype_size(p.dtype));
+  return numel(max_local_shape(s, p.mesh, p.global)) * static_cast<std::int64_t>(dtype_size(p.dtype));
+}
+
+// The most any rank sends in one step from `before` to `after` (comm_stats.h's convention, on
+// each rank's real block: uneven blocks differ from rank to rank).
+std::int64_t step_bytes(const Problem& p, CommOp op, const Axes& axes, int dim_to, const Spec& before,
+                        const Spec& after) {
+  const std::int64_t n = p.mesh.axes_size(axes);
+  if (n <= 1) return 0;
+  if (splits_evenly(before, p.mesh, p.global) && splits_evenly(after, p.mesh, p.global)) {
+    return send_bytes(op, n, block_bytes(p, before));
+  }
+  const auto elem = static_cast<std::int64_t>(dtype_size(p.dtype));
+  std::int64_t most = 0;
+  for (int r = 0; r < p.mesh.size(); ++r) {
+    const auto coords = p.mesh.coords_of(r);
+    const Shape in = local_shape(before, p.mesh, p.global, coords);
+    const std::int64_t b = numel(in) * elem;
+    std::int64_t sent = 0;
+    switch (op) {
+      case CommOp::all_gather:
+        sent = (n - 1) * b;
+        break;
+      case CommOp::reduce_scatter:
+        sent = b - numel(local_shape(after, p.mesh, p.global, coords)) * elem;
+        break;
+      case CommOp::all_to_all: {
+        Shape kept = in;
+        kept[dim_to] = local_shape(after, p.mesh, p.global, coords)[dim_to];
+        sent = b - numel(kept) * elem;
+        break;
+      }
+      default:
+        sent = send_bytes(op, n, b);
+    }
+    most = std::max(most, sent);
+  }
+  return most;
+}
+
+// Whether moving dimension d between the split by `fine`'s first `coarse` axes and the split by
+// all of `fine` is exact under the block rule (the fine blocks tile the coarse ones), so that the
+// step's collective moves whole blocks.
+bool nests_on(const Problem& p, int d, const Axes& fine, std::size_t coarse) {
+  const Axes outer(fine.begin(), fine.begin() + static_cast<std::ptrdiff_t>(coarse));
+  const Axes inner(fine.begin() + static_cast<std::ptrdiff_t>(coarse), fine.end());
+  return blocks_nest(p.global[d], p.mesh.axes_size(outer), p.mesh.axes_size(inner));
+}
+
+// Whether `step`, taken from `before`, moves whole blocks under the block rule.
+bool step_exact(const Problem& p, const Spec& before, const ReshardStep& step) {
+  switch (step.op) {
+    case CommOp::slice:
+    case CommOp::reduce_scatter:
+      return nests_on(p, step.dim, step.after.dims[step.dim], before.dims[step.dim].size());
+    case CommOp::all_gather:
+    case CommOp::pad:
+      return nests_on(p, step.dim, before.dims[step.dim], step.after.dims[step.dim].size());
+    case CommOp::all_to_all:
+      return nests_on(p, step.dim, before.dims[step.dim], step.after.dims[step.dim].size()) &&
+             nests_on(p, step.dim_to, step.after.dims[step.dim_to], before.dims[step.dim_to].size());
+    default:
+      return true;
+  }
 }
 
 struct Plan {
@@ -69,26 +134,26 @@ class Builder {
     push(CommOp::slice, axes, j, -1, 0);
   }
   void reduce_scatter(int j, const Axes& axes) {
-    const std::int64_t b = block_bytes(p_, cur_);
+    const Spec before = cur_;
     remove_partial(axes);
     append(cur_.dims[j], axes);
-    push(CommOp::reduce_scatter, axes, j, -1, b);
+    push(CommOp::reduce_scatter, axes, j, -1, step_bytes(p_, CommOp::reduce_scatter, axes, j, before, cur_));
   }
   void all_to_all(int i, int j, const Axes& axes) {
-    const std::int64_t b = block_bytes(p_, cur_);
+    const Spec before = cur_;
     cur_.dims[i].resize(cur_.dims[i].size() - axes.size());
     append(cur_.dims[j], axes);
-    push(CommOp::all_to_all, axes, i, j, b);
+    push(CommOp::all_to_all, axes, i, j, step_bytes(p_, CommOp::all_to_all, axes, j, before, cur_));
   }
   void all_reduce(const Axes& axes) {
-    const std::int64_t b = block_bytes(p_, cur_);
+    const Spec before = cur_;
     remove_partial(axes);
-    push(CommOp::all_reduce, axes, -1, -1, b);
+    push(CommOp::all_reduce, axes, -1, -1, step_bytes(p_, CommOp::all_reduce, axes, -1, before, cur_));
   }
   void all_gather(int i, const Axes& axes) {
-    const std::int64_t b = block_bytes(p_, cur_);
+    const Spec before = cur_;
     cur_.dims[i].resize(cur_.dims[i].size() - axes.size());
-    push(CommOp::all_gather, axes, i, -1, b);
+    push(CommOp::all_gather, axes, i, -1, step_bytes(p_, CommOp::all_gather, axes, -1, before, cur_));
   }
   void pad(int i, const Axes& axes) {
     cur_.dims[i].resize(cur_.dims[i].size() - axes.size());
@@ -113,7 +178,7 @@ class Builder {
     const bool permutation = detail::redistribute_is_permutation(p_.mesh, cur_, to, p_.global, &pairs);
     cur_ = to;
     ++plan_.redistributions;
-    push(permutation ? CommOp::permute : CommOp::redistribute, axes, -1, -1, most);
+    push(permutation ? CommOp::permute : CommOp::redistribute, axes, -1, -1, most, /*priced=*/true);
     if (permutation) plan_.steps.back().pairs = std::move(pairs);
   }
 
@@ -122,15 +187,15 @@ class Builder {
   void remove_partial(const Axes& axes) {
     for (const auto& a : axes) cur_.partial.erase(std::find(cur_.partial.begin(), cur_.partial.end(), a));
   }
-  // `block_bytes`: the bytes of the block the step starts from (permute, redistribute: the most
-  // any rank sends), priced by send_bytes.
-  void push(CommOp op, const Axes& axes, int dim, int dim_to, std::int64_t block_bytes) {
+  // `bytes`: the most any rank sends in the step (step_bytes; permute, redistribute: their own
+  // count, priced by send_bytes).
+  void push(CommOp op, const Axes& axes, int dim, int dim_to, std::int64_t bytes, bool priced = false) {
     ReshardStep step;
     step.op = op;
     step.axes = axes;
     step.dim = dim;
     step.dim_to = dim_to;
-    step.bytes_per_rank = send_bytes(op, p_.mesh.axes_size(axes), block_bytes);
+    step.bytes_per_rank = priced ? send_bytes(op, p_.mesh.axes_size(axes), bytes) : bytes;
     step.after = cur_;
     plan_.bytes += step.bytes_per_rank;
     plan_.steps.push_back(std::move(step));
@@ -390,7 +455,9 @@ ReshardPlan make_plan(const MeshShape& mesh, const Spec& source, const Spec& tar
   out.source = source.padded(ndim);
   out.target = target.padded(ndim);
   out.table_bytes = table_bytes(mesh, source, target, global_shape, dtype);
-  const Problem p{mesh, drop_trivial_axes(target, mesh, ndim), global_shape, dtype};
+  const Problem p{mesh, drop_trivial_axes(target, mesh, ndim), global_shape, dtype,
+                  splits_evenly(source.padded(ndim), mesh, global_shape) &&
+                      splits_evenly(target.padded(ndim), mesh, global_shape)};
   const Spec start = drop_trivial_axes(source, mesh, ndim);
 
   // Candidate 1: the per-axis moves in place, searching where the axis order leaves choices.
@@ -412,15 +479,14 @@ ReshardPlan make_plan(const MeshShape& mesh, const Spec& source, const Spec& tar
       wanted == Role::replicated ? shrink.slice(j, run) : shrink.reduce_scatter(j, run);
     }
   }
-  // Every intermediate spec must divide the global shape (a slice onto a dimension that still
-  // holds other axes may not): plans that pass through an invalid spec are not taken.
+  // Between even specs every intermediate spec splits evenly too (a slice onto a dimension that
+  // still holds other axes may not); with uneven blocks every step must move whole blocks under
+  // the block rule (step_exact). Plans that do not are not taken.
   auto valid = [&](const Plan& plan) {
+    Spec before = start;
     for (const auto& step : plan.steps) {
-      try {
-        validate_spec(step.after, mesh, global_shape);
-      } catch (const SpecError&) {
-        return false;
-      }
+      if (p.even ? !splits_evenly(step.after, mesh, global_shape) : !step_exact(p, before, step)) return false;
+      before = step.after;
     }
     return true;
   };
@@ -429,16 +495,22 @@ ReshardPlan make_plan(const MeshShape& mesh, const Spec& source, const Spec& tar
     if (valid(second) && (better(second, best) || !valid(best))) best = std::move(second);
   }
   if (!valid(best)) {
-    // Reduce the partial axes in place, then one redistribute straight to the target.
+    // Reduce the partial axes in place, then one redistribute straight to the target's blocks,
+    // then zero the replicas of the target's partial axes.
     Builder direct(p, start, {});
-    if (!direct.cur().partial.empty()) direct.all_reduce(direct.cur().partial);
-    if (!(direct.cur() == p.target)) direct.redistribute(p.target);
+    if (!direct.cur().partial.empty()) direct.all_reduce(Axes(direct.cur().partial));
+    if (direct.cur().dims != p.target.dims) direct.redistribute(p.target.without_partial());
+    if (p.target.is_partial()) direct.zero(p.target.partial);
     best = direct.plan();
   }
 
   out.steps = std::move(best.steps);
   const std::int64_t extra = out.bytes_per_rank() - out.table_bytes;
-  if (out.table_bytes < 0 || extra > 0) {
+  const bool relayout = std::any_of(out.steps.begin(), out.steps.end(), [](const ReshardStep& s) {
+    return s.op == CommOp::permute || s.op == CommOp::redistribute;
+  });
+  // Uneven blocks: the table prices the largest block, so only a relayout earns the note.
+  if (out.table_bytes < 0 || (extra > 0 && (p.even || relayout))) {
     std::string note = out.table_bytes < 0 ? "axis order change: no order of the per-axis table's steps reaches "
                                              "the target's axis order; every element moves at most once"
                                            : "axis order change: " + std::to_string(extra) +

@@ -145,7 +145,7 @@ Shape broadcast_shapes(const Shape& a, const Shape& b) {
     if (da != db && da != 1 && db != 1) {
       throw ShapeError("shapes " + shape_to_string(a) + " and " + shape_to_string(b) + " do not broadcast");
     }
-    out[i] = std::max(da, db);
+    out[i] = da == 1 ? db : da;  // numpy: 1 broadcasts to any extent, 0 included
   }
   return out;
 }

@@ -102,10 +102,6 @@ class Checker {
     const std::int64_t size = sizes_[d];
     const std::int64_t ways = (mesh_ != nullptr && !dim.axes.empty()) ? mesh_->axes_size(dim.axes) : 1;
     const std::int64_t global = local_ ? size * ways : size;
-    if (!local_ && size % ways != 0) {
-      fail<ShapeError>("dimension " + label(d) + ": size " + std::to_string(size) + " does not divide over axes " +
-                       axes_to_string(dim.axes) + " of size " + std::to_string(ways));
-    }
 
     std::optional<std::int64_t> expected;
     std::string origin;

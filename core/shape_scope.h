@@ -49,12 +49,13 @@ void bind(std::string_view name, std::int64_t size, std::string_view what = "");
 // (explicit sizes, a name used twice).
 void check_global(const ShapeString& shape, const Shape& global, std::string_view what = "");
 
-// As above, and each sharded dimension must divide over the product of its mesh axes' sizes
-// (ShapeError naming the dimension, its size and the axes). Unknown or repeated axes: SpecError.
+// As above, and the mesh axes must exist and appear once (SpecError). Any size is valid: a
+// dimension its axes do not divide splits by the block rule of core/spec.h.
 void check_global(const ShapeString& shape, const Shape& global, const MeshShape& mesh, std::string_view what = "");
 
-// Checks the LOCAL shard of a tensor: a dimension `name/a/b` of local size n has global size
-// n * size(a) * size(b), which is what gets bound or compared. When the expected global size does
+// Checks the LOCAL shard of a tensor whose blocks all have one shape (shard_map's bodies): a
+// dimension `name/a/b` of local size n has global size n * size(a) * size(b), which is what gets
+// bound or compared. When the expected global size does
 // not divide over the axes, the message says so. Unknown or repeated axes: SpecError.
 void check_local(const ShapeString& shape, const Shape& local, const MeshShape& mesh, std::string_view what = "");
 

@@ -192,22 +192,67 @@ void validate_spec(const Spec& spec, const MeshShape& mesh, const Shape& shape, 
     }
     if (!seen.insert(axis).second) throw SpecError(label + ": mesh axis '" + axis + "' is used more than once");
   }
-  for (int d = 0; d < spec.ndim(); ++d) {
-    if (spec.dims[d].empty()) continue;
-    int count = mesh.axes_size(spec.dims[d]);
+}
+
+void require_even_split(const Spec& spec, const MeshShape& mesh, const Shape& shape, std::string_view name,
+                        const std::vector<bool>& skip) {
+  for (int d = 0; d < spec.ndim() && d < static_cast<int>(shape.size()); ++d) {
+    if (spec.dims[d].empty() || (d < static_cast<int>(skip.size()) && skip[d])) continue;
+    const int count = mesh.axes_size(spec.dims[d]);
     if (shape[d] % count != 0) {
       throw SpecError("dimension " + std::to_string(d) + (name.empty() ? "" : " of '" + std::string(name) + "'") +
-                      " (size " + std::to_string(shape[d]) + ") does not divide over axes " + parenthesized(spec.dims[d]) + " of size " +
-                      std::to_string(count));
+                      " (size " + std::to_string(shape[d]) + ") does not divide over axes " +
+                      parenthesized(spec.dims[d]) + " of size " + std::to_string(count));
     }
   }
 }
 
 int shard_count(const Spec& spec, const MeshShape& mesh, int d) { return mesh.axes_size(spec.axes(d)); }
 
-Shape local_shape(const Spec& spec, const MeshShape& mesh, const Shape& global) {
+std::int64_t block_chunk(std::int64_t n, std::int64_t s) { return s <= 1 ? n : (n + s - 1) / s; }
+
+std::int64_t block_begin(std::int64_t n, std::int64_t s, std::int64_t i) {
+  return std::min(n, i * block_chunk(n, s));
+}
+
+std::int64_t block_extent(std::int64_t n, std::int64_t s, std::int64_t i) {
+  return block_begin(n, s, i + 1) - block_begin(n, s, i);
+}
+
+std::vector<std::int64_t> block_extents(std::int64_t n, std::int64_t s) {
+  std::vector<std::int64_t> out(static_cast<std::size_t>(s));
+  for (std::int64_t i = 0; i < s; ++i) out[static_cast<std::size_t>(i)] = block_extent(n, s, i);
+  return out;
+}
+
+bool blocks_nest(std::int64_t n, std::int64_t outer, std::int64_t inner) {
+  if (inner <= 1 || n % (outer * inner) == 0) return true;
+  // Fine blocks are consecutive, so block c of the coarse split is the union of its fine blocks
+  // exactly when every coarse block starts where its first fine block starts.
+  for (std::int64_t c = 1; c < outer; ++c) {
+    if (block_begin(n, outer, c) != block_begin(n, outer * inner, c * inner)) return false;
+  }
+  return true;
+}
+
+bool splits_evenly(const Spec& spec, const MeshShape& mesh, const Shape& global) {
+  for (int d = 0; d < static_cast<int>(global.size()); ++d) {
+    if (global[d] % shard_count(spec, mesh, d) != 0) return false;
+  }
+  return true;
+}
+
+Shape local_shape(const Spec& spec, const MeshShape& mesh, const Shape& global, const std::vector<int>& coords) {
   Shape out = global;
-  for (int d = 0; d < static_cast<int>(global.size()); ++d) out[d] /= shard_count(spec, mesh, d);
+  for (int d = 0; d < static_cast<int>(global.size()); ++d) {
+    out[d] = block_extent(global[d], shard_count(spec, mesh, d), block_index(spec, mesh, d, coords));
+  }
+  return out;
+}
+
+Shape max_local_shape(const Spec& spec, const MeshShape& mesh, const Shape& global) {
+  Shape out = global;
+  for (int d = 0; d < static_cast<int>(global.size()); ++d) out[d] = block_chunk(global[d], shard_count(spec, mesh, d));
   return out;
 }
 
@@ -222,10 +267,28 @@ int block_index(const Spec& spec, const MeshShape& mesh, int d, const std::vecto
 
 std::vector<std::int64_t> block_offsets(const Spec& spec, const MeshShape& mesh, const Shape& global,
                                         const std::vector<int>& coords) {
-  Shape local = local_shape(spec, mesh, global);
   std::vector<std::int64_t> offsets(global.size(), 0);
-  for (int d = 0; d < static_cast<int>(global.size()); ++d) offsets[d] = block_index(spec, mesh, d, coords) * local[d];
+  for (int d = 0; d < static_cast<int>(global.size()); ++d) {
+    offsets[d] = block_begin(global[d], shard_count(spec, mesh, d), block_index(spec, mesh, d, coords));
+  }
   return offsets;
+}
+
+std::vector<std::int64_t> group_block_extents(const Spec& spec, const MeshShape& mesh, const Shape& global, int d,
+                                              const Axes& axes, const std::vector<int>& coords) {
+  const int n = mesh.axes_size(axes);
+  std::vector<std::int64_t> out(static_cast<std::size_t>(n));
+  std::vector<int> member = coords;
+  const std::int64_t count = shard_count(spec, mesh, d);
+  for (int k = 0; k < n; ++k) {
+    for (int i = static_cast<int>(axes.size()) - 1, rest = k; i >= 0; --i) {
+      const int a = mesh.axis_index(axes[i]);
+      member[a] = rest % mesh.sizes()[a];
+      rest /= mesh.sizes()[a];
+    }
+    out[static_cast<std::size_t>(k)] = block_extent(global[d], count, block_index(spec, mesh, d, member));
+  }
+  return out;
 }
 
 Spec ShapeString::spec() const {

@@ -52,20 +52,50 @@ struct Spec {
 Spec parse_spec(std::string_view text);
 
 // Throws SpecError unless every axis exists in `mesh` and appears at most once (dimensions and
-// partial together), the spec has no more dimensions than `shape`, and every dimension divides
-// by the product of its axes' sizes. `name` names the tensor in messages.
+// partial together) and the spec has no more dimensions than `shape`. A dimension need not
+// divide by its axes (see the block rule below). `name` names the tensor in messages.
 void validate_spec(const Spec& spec, const MeshShape& mesh, const Shape& shape, std::string_view name = "");
+
+// For code whose blocks must all have one shape (shard_map's bodies, the transformer's heads and
+// sequence): SpecError "dimension d of 'name' (size n) does not divide over axes (...) of size k"
+// for the first split dimension the axes do not divide, skipping dimensions whose `skip` is set.
+void require_even_split(const Spec& spec, const MeshShape& mesh, const Shape& shape, std::string_view name,
+                        const std::vector<bool>& skip = {});
+
+// The block rule (JAX's and torch.chunk's): a dimension of size n split s ways gives block i the
+// range [i*c, min(n, (i+1)*c)) with c = ceil(n/s). Trailing blocks may be short or empty; block 0
+// is the largest. Nothing is padded: a rank's local tensor has exactly its block's extent.
+std::int64_t block_chunk(std::int64_t n, std::int64_t s);
+std::int64_t block_begin(std::int64_t n, std::int64_t s, std::int64_t i);
+std::int64_t block_extent(std::int64_t n, std::int64_t s, std::int64_t i);
+// The extents of all s blocks.
+std::vector<std::int64_t> block_extents(std::int64_t n, std::int64_t s);
+// Whether the blocks of n split outer*inner ways tile the blocks of n split outer ways: block c
+// of the coarse split is the union of fine blocks c*inner .. c*inner+inner-1. Then a collective
+// over the inner axes (gather, scatter, all-to-all) moves between the two splits exactly. Always
+// true when outer*inner divides n.
+bool blocks_nest(std::int64_t n, std::int64_t outer, std::int64_t inner);
 
 // The number of blocks dimension d is split into.
 int shard_count(const Spec& spec, const MeshShape& mesh, int d);
-// The shape of every rank's block (all blocks have the same shape). Assumes a valid spec.
-Shape local_shape(const Spec& spec, const MeshShape& mesh, const Shape& global);
+// Whether every split dimension divides by its axes (all blocks have the same shape).
+bool splits_evenly(const Spec& spec, const MeshShape& mesh, const Shape& global);
+// The shape of the block held at `coords`. Assumes a valid spec.
+Shape local_shape(const Spec& spec, const MeshShape& mesh, const Shape& global, const std::vector<int>& coords);
+// The shape of the largest block (block 0 of every dimension): what buffers sized for any
+// rank's block use. Equal to every block's shape when splits_evenly.
+Shape max_local_shape(const Spec& spec, const MeshShape& mesh, const Shape& global);
 // Block index along dimension d for the rank at `coords`: mixed radix of its coordinates on the
 // dimension's axes, first axis most significant.
 int block_index(const Spec& spec, const MeshShape& mesh, int d, const std::vector<int>& coords);
 // Offsets into the global tensor of the block held at `coords`.
 std::vector<std::int64_t> block_offsets(const Spec& spec, const MeshShape& mesh, const Shape& global,
                                         const std::vector<int>& coords);
+// The extents along dimension d of the blocks held by the ranks that differ from `coords` only on
+// `axes`, in the order of a communicator over those axes (mixed radix, first axis most
+// significant): the block extents a collective over `axes` moves.
+std::vector<std::int64_t> group_block_extents(const Spec& spec, const MeshShape& mesh, const Shape& global, int d,
+                                              const Axes& axes, const std::vector<int>& coords);
 
 // One dimension of a seqax shape string: a name (bound by shape checking) or an explicit size,
 // then the mesh axes that split it.

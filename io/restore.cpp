@@ -236,7 +236,7 @@ void read_array(hid_t dataset, hid_t transfer, MPI_File handle, const std::strin
   const std::string context = "restore_checkpoint: " + format::dataset_context(path, target.path);
   ShardedTensor& want = target.tensor();
   const Mesh& mesh = want.mesh();
-  const Shape block = local_shape(want.spec(), mesh.shape(), want.global_shape());
+  const Shape block = local_shape(want.spec(), mesh.shape(), want.global_shape(), mesh.coords());
   Tensor& local = want.local();  // every element is read, or zeroed below
   if (local.shape() != block || local.dtype() != want.dtype()) {
     throw Error(context + ": internal error: the target's block is " + shape_to_string(local.shape()) + ", " +
@@ -344,7 +344,7 @@ CheckpointState restore_checkpoint(const std::string& dir_or_file, const Checkpo
   for (const auto& array : target.arrays) {
     const ShardedTensor& want = array.tensor();
     if (!want.mesh().valid()) break;  // restore_checkpoint_into names the array
-    const Shape block = local_shape(want.spec(), want.mesh().shape(), want.global_shape());
+    const Shape block = local_shape(want.spec(), want.mesh().shape(), want.global_shape(), want.mesh().coords());
     result.arrays.push_back({array.path,
                              ShardedTensor(want.mesh(), want.spec(), want.global_shape(),
                                            Tensor::empty(block, want.dtype()), array.path),

@@ -115,11 +115,15 @@ std::vector<Chunking> chunkings_of(const CheckpointState& state, const SaveOptio
       chunking.chunked = true;
       const std::uint64_t limit = options.max_chunk_bytes > 0 ? std::min(options.max_chunk_bytes, format::max_chunk_bytes)
                                                               : format::max_chunk_bytes;
-      chunking.chunk = format::chunk_shape(array.tensor().local().shape(), array.tensor().dtype(), limit);
+      // Chunks divide the largest block, so every block (they start at multiples of it) starts on
+      // a chunk boundary; a short block's last chunk is the dataset's edge chunk.
+      const ShardedTensor& value = array.tensor();
+      chunking.chunk = format::chunk_shape(max_local_shape(value.spec(), value.mesh().shape(), global),
+                                           value.dtype(), limit);
       chunking.chunk_bytes = dtype_size(array.tensor().dtype());
       chunking.count = 1;
       for (std::size_t d = 0; d < global.size(); ++d) {
-        chunking.grid.push_back(static_cast<hsize_t>(global[d]) / chunking.chunk[d]);
+        chunking.grid.push_back((static_cast<hsize_t>(global[d]) + chunking.chunk[d] - 1) / chunking.chunk[d]);
         chunking.chunk_bytes *= chunking.chunk[d];
         chunking.count *= chunking.grid.back();
       }
@@ -224,6 +228,9 @@ struct OwnedChunk {
   const void* data;
   std::uint64_t bytes;
   std::array<unsigned char, 4> trailer;
+  // An edge chunk of a short block (uneven dimensions): its elements packed, the part past the
+  // dataset's end zero, as HDF5 stores an edge chunk (whole, filtered as a whole).
+  std::shared_ptr<Tensor> packed;
 };
 
 // Every chunk inside the blocks this rank writes, with its checksum. chunk_shape only cuts
@@ -238,30 +245,47 @@ std::vector<OwnedChunk> owned_chunks(const CheckpointState& state, const std::ve
     if (!chunking.chunked || !writes_block(value)) continue;
     const Tensor& local = value.local();
     const Shape& block = local.shape();
-    if (!checkpoint_io::chunk_is_contiguous(block, chunking.chunk)) {
+    if (numel(block) == 0) continue;  // an empty trailing block: nothing to write
+    if (!checkpoint_io::chunk_is_contiguous(max_local_shape(value.spec(), value.mesh().shape(), value.global_shape()),
+                                            chunking.chunk)) {
       throw Error("save_checkpoint: internal error: a chunk of '" + state.arrays[a].path +
                   "' is not one run of its block");
     }
+    const bool contiguous = checkpoint_io::chunk_is_contiguous(block, chunking.chunk);
     const std::vector<std::int64_t> block_offsets = value.block_offsets();
     std::vector<hsize_t> per_block(block.size());
     std::size_t chunks_in_block = 1;
     for (std::size_t d = 0; d < block.size(); ++d) {
-      per_block[d] = static_cast<hsize_t>(block[d]) / chunking.chunk[d];
+      per_block[d] = (static_cast<hsize_t>(block[d]) + chunking.chunk[d] - 1) / chunking.chunk[d];
       chunks_in_block *= per_block[d];
     }
+    const Shape chunk_shape(chunking.chunk.begin(), chunking.chunk.end());
     for (std::size_t c = 0; c < chunks_in_block; ++c) {
       const std::vector<hsize_t> local_coords = grid_coords(c, per_block);
       std::size_t flat = 0;     // the chunk's index in the dataset's chunk grid
       std::uint64_t first = 0;  // its first element's index in the block
+      bool inside = contiguous;  // the whole chunk is one run of the block
+      std::vector<std::int64_t> at(block.size());
+      Shape overlap(block.size());
       for (std::size_t d = 0; d < block.size(); ++d) {
         const std::uint64_t local_offset = local_coords[d] * chunking.chunk[d];
         flat = flat * chunking.grid[d] +
                (static_cast<std::uint64_t>(block_offsets[d]) + local_offset) / chunking.chunk[d];
         first = first * static_cast<std::uint64_t>(block[d]) + local_offset;
+        at[d] = static_cast<std::int64_t>(local_offset);
+        overlap[d] = std::min<std::int64_t>(static_cast<std::int64_t>(chunking.chunk[d]), block[d] - at[d]);
+        inside = inside && overlap[d] == static_cast<std::int64_t>(chunking.chunk[d]);
       }
-      const void* data = static_cast<const std::byte*>(local.raw()) + first * dtype_size(local.dtype());
-      chunks.push_back({chunking.first + flat, data, chunking.chunk_bytes,
-                        checkpoint_io::fletcher32_trailer(checkpoint_io::fletcher32(data, chunking.chunk_bytes))});
+      OwnedChunk chunk{chunking.first + flat, nullptr, chunking.chunk_bytes, {}, nullptr};
+      if (inside) {
+        chunk.data = static_cast<const std::byte*>(local.raw()) + first * dtype_size(local.dtype());
+      } else {
+        chunk.packed = std::make_shared<Tensor>(chunk_shape, local.dtype());
+        insert_block(*chunk.packed, extract_block(local, at, overlap), std::vector<std::int64_t>(block.size(), 0));
+        chunk.data = chunk.packed->raw();
+      }
+      chunk.trailer = checkpoint_io::fletcher32_trailer(checkpoint_io::fletcher32(chunk.data, chunking.chunk_bytes));
+      chunks.push_back(std::move(chunk));
     }
   }
   return chunks;

@@ -23,7 +23,7 @@ ShardedTensor::ShardedTensor(Mesh mesh, Spec spec, Shape global_shape, Tensor lo
     : mesh_(std::move(mesh)), global_shape_(std::move(global_shape)), local_(std::move(local)), name_(std::move(name)) {
   validate_spec(spec, mesh_.shape(), global_shape_, name_);
   spec_ = spec.padded(static_cast<int>(global_shape_.size()));
-  Shape expected = local_shape(spec_, mesh_.shape(), global_shape_);
+  Shape expected = local_shape(spec_, mesh_.shape(), global_shape_, mesh_.coords());
   if (local_.shape() != expected) {
     throw ShapeError("sharded tensor '" + name_ + "' " + shape_to_string(global_shape_) + " " + spec_.to_string() +
                      " on " + mesh_.to_string() + ": local block has shape " + shape_to_string(local_.shape()) +
@@ -44,7 +44,7 @@ ShardedTensor ShardedTensor::zeros(const Mesh& mesh, const Spec& spec, const Sha
                                    std::string name) {
   Spec full = spec.padded(static_cast<int>(global_shape.size()));
   validate_spec(full, mesh.shape(), global_shape, name);
-  return ShardedTensor(mesh, full, global_shape, Tensor(local_shape(full, mesh.shape(), global_shape), dtype),
+  return ShardedTensor(mesh, full, global_shape, Tensor(local_shape(full, mesh.shape(), global_shape, mesh.coords()), dtype),
                        std::move(name));
 }
 
@@ -57,7 +57,18 @@ bool ShardedTensor::holds_partial_value() const { return is_partial_holder(spec_
 Tensor ShardedTensor::to_global() const {
   const MeshShape& shape = mesh_.shape();
   const int n = mesh_.size();
-  const std::size_t block_bytes = local_.nbytes();
+  // Blocks travel in buffers of the largest block's shape (the same count on every rank); a
+  // short block fills the front of its buffer and is read back with its own shape.
+  const Shape max_block = max_local_shape(spec_, shape, global_shape_);
+  const bool even = splits_evenly(spec_, shape, global_shape_);
+  const std::size_t block_bytes = checked_mul<std::size_t>(static_cast<std::size_t>(numel(max_block)), dtype_size(dtype()),
+                                                           "to_global block bytes");
+  Tensor padded_block;
+  if (!even) {
+    padded_block = Tensor(max_block, dtype());
+    insert_block(padded_block, local_, std::vector<std::int64_t>(max_block.size(), 0));
+  }
+  const Tensor& send_block = even ? local_ : padded_block;
   std::vector<std::byte> all(checked_mul<std::size_t>(block_bytes, static_cast<std::size_t>(n), "to_global bytes"));
   // MPI counts are int: a block over 2^31 - 1 bytes goes as whole elements of a contiguous type
   // (the smallest divisor of its size that brings the count under the limit).
@@ -74,11 +85,11 @@ Tensor ShardedTensor::to_global() const {
     check_mpi(MPI_Type_commit(&type), "MPI_Type_commit (to_global)");
   }
   const int count = static_cast<int>(bytes / unit);
-  const int rc = MPI_Allgather(local_.raw(), count, type, all.data(), count, type, mesh_.comm().handle());
+  const int rc = MPI_Allgather(send_block.raw(), count, type, all.data(), count, type, mesh_.comm().handle());
   if (unit > 1) MPI_Type_free(&type);
   check_mpi(rc, "MPI_Allgather (to_global)");
   Tensor global(global_shape_, dtype());
-  Tensor block(local_.shape(), dtype());
+  Tensor block(max_block, dtype());
   for (int r = 0; r < n; ++r) {
     auto coords = shape.coords_of(r);
     // One replica per unmentioned axis contributes; every rank along a partial axis does.
@@ -89,11 +100,13 @@ Tensor ShardedTensor::to_global() const {
     }
     if (!contributes) continue;
     if (block_bytes > 0) std::memcpy(block.raw(), all.data() + block_bytes * r, block_bytes);
+    const Tensor own = even ? block : extract_block(block, std::vector<std::int64_t>(max_block.size(), 0),
+                                                    local_shape(spec_, shape, global_shape_, coords));
     auto offsets = tessera::block_offsets(spec_, shape, global_shape_, coords);
     if (spec_.is_partial()) {
-      add_block(global, block, offsets);
+      add_block(global, own, offsets);
     } else {
-      insert_block(global, block, offsets);
+      insert_block(global, own, offsets);
     }
   }
   return global;
@@ -123,6 +136,20 @@ std::string ShardedTensor::picture() const {
     int col = ndim() == 0 ? 0 : block_index(spec_, shape, ndim() - 1, coords);
     auto& cell = cells[row][col];
     cell += (cell.empty() ? "" : ",") + std::to_string(r);
+  }
+  if (!splits_evenly(spec_, shape, global_shape_)) {
+    // Uneven blocks: each cell names its block's shape too.
+    for (int r = 0; r < shape.size(); ++r) {
+      auto coords = shape.coords_of(r);
+      int row = ndim() == 2 ? block_index(spec_, shape, 0, coords) : 0;
+      int col = ndim() == 0 ? 0 : block_index(spec_, shape, ndim() - 1, coords);
+      auto& cell = cells[row][col];
+      if (cell.find(' ') != std::string::npos) continue;
+      const Shape block = local_shape(spec_, shape, global_shape_, coords);
+      std::string size;
+      for (std::size_t d = 0; d < block.size(); ++d) size += (d ? "x" : "") + std::to_string(block[d]);
+      cell += " " + size;
+    }
   }
   std::size_t width = 5;
   for (const auto& row : cells) {

@@ -1,6 +1,7 @@
 // The global-view sharded tensor: a mesh, a spec, the global shape and this rank's block.
 // Rank at coordinates c holds the block given by block_offsets(spec, mesh, global, c) of
-// shape local_shape(spec, mesh, global). Along a partial axis the global value is the sum of
+// shape local_shape(spec, mesh, global, c) (the block rule of core/spec.h: a dimension need not
+// divide; trailing blocks may be short or empty). Along a partial axis the global value is the sum of
 // the blocks; along an axis the spec does not mention, every rank holds the same block.
 #pragma once
 
@@ -57,7 +58,8 @@ class ShardedTensor {
   // "W1: f32[1024, 4096] P(None, model)"
   std::string describe() const;
   // A text picture of which ranks hold which block (1-D and 2-D tensors), in the manner of
-  // jax.debug.visualize_array_sharding. Needs no communication.
+  // jax.debug.visualize_array_sharding; when the dimensions do not divide evenly each cell also
+  // shows its block's shape ("0,1 3x4"). Needs no communication.
   std::string picture() const;
 
  private:
@@ -76,7 +78,7 @@ ShardedTensor ShardedTensor::from_block_fn(const Mesh& mesh, const Spec& spec, c
                                            std::string name) {
   Spec full = spec.padded(static_cast<int>(global_shape.size()));
   validate_spec(full, mesh.shape(), global_shape, name);
-  Shape block_shape = local_shape(full, mesh.shape(), global_shape);
+  Shape block_shape = local_shape(full, mesh.shape(), global_shape, mesh.coords());
   auto offsets = tessera::block_offsets(full, mesh.shape(), global_shape, mesh.coords());
   Tensor local = fn(offsets, block_shape);
   if (!is_partial_holder(full, mesh.shape(), mesh.coords())) local.fill_zero();

@@ -127,9 +127,20 @@ void Transformer::validate(const MeshShape& mesh, const Shape& tokens) const {
   if (tokens.size() != 2 || tokens[0] < 1 || tokens[1] < 1) {
     throw ShapeError("the transformer's tokens are [batch, seq] with both >= 1, got " + shape_to_string(tokens));
   }
+  // Tokens, heads, d_model and d_ff split evenly (attention's sequence blocks and the heads
+  // are cut by those sizes); the vocabulary may be uneven (the block rule of core/spec.h).
   validate_spec(token_spec(mesh), mesh, tokens, "tokens");
+  require_even_split(token_spec(mesh), mesh, tokens, "tokens");
   for (const auto& weight : weight_table(c)) {
-    validate_spec(weight_spec(weight, mesh), mesh, weight_shape(weight), weight.name);
+    const Spec spec = weight_spec(weight, mesh);
+    const Shape shape = weight_shape(weight);
+    validate_spec(spec, mesh, shape, weight.name);
+    std::vector<bool> vocab;
+    for (const auto& dim : parse_shape_string(weight.shape).dims) {
+      if (dim.name == "layers" && !c.scan) continue;
+      vocab.push_back(dim.name == "vocab");
+    }
+    require_even_split(spec, mesh, shape, weight.name, vocab);
   }
 }
 

@@ -161,6 +161,22 @@ ShardedTensor binary(BinaryOp op, const ShardedTensor& a, const ShardedTensor& b
                      "' and " + shape_to_string(b.global_shape()) + " of '" + b.name() + "' do not broadcast");
   }
   Pair p{{}, {}, &a, &b};
+  // A dimension an operand broadcasts (extent 1 against more) must be whole on every rank: under
+  // the block rule a split size-1 dimension leaves the trailing ranks an empty block.
+  auto unsplit_broadcast = [&](const ShardedTensor& x) -> std::optional<Spec> {
+    const int offset = static_cast<int>(out.size()) - x.ndim();
+    Spec t = x.spec();
+    bool changed = false;
+    for (int d = 0; d < x.ndim(); ++d) {
+      if (x.global_shape()[d] != out[d + offset] && !t.dims[d].empty()) {
+        t.dims[d].clear();
+        changed = true;
+      }
+    }
+    return changed ? std::optional<Spec>(t) : std::nullopt;
+  };
+  if (auto t = unsplit_broadcast(a)) p.set_a(reshard(a, *t));
+  if (auto t = unsplit_broadcast(b)) p.set_b(reshard(b, *t));
   align_partial(op, p);
   auto ma = mapped(*p.a, out);
   auto mb = mapped(*p.b, out);

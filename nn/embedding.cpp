@@ -96,7 +96,7 @@ Var embed(const Var& table_var, const ShardedTensor& tokens_in) {
   std::vector<Axes> out_dims = tokens_spec.dims;
   out_dims.push_back(table_spec.axes(1));
   Spec out_spec(out_dims, vocab);
-  Tensor local(local_shape(out_spec, mesh.shape(), out_shape), table.dtype());
+  Tensor local(local_shape(out_spec, mesh.shape(), out_shape, mesh.coords()), table.dtype());
   if (table.dtype() == DType::f32) lookup<float>(table.local(), tokens.local(), v0, local);
   else lookup<double>(table.local(), tokens.local(), v0, local);
   // The one psum over the vocabulary axes.
@@ -108,7 +108,7 @@ Var embed(const Var& table_var, const ShardedTensor& tokens_in) {
                        ShardedTensor gy = to_spec(g, y_spec);
                        const Mesh& mesh = gy.mesh();
                        Spec spec(table_spec.dims, token_axes);
-                       Tensor local(local_shape(spec, mesh.shape(), table_shape), gy.dtype());
+                       Tensor local(local_shape(spec, mesh.shape(), table_shape, mesh.coords()), gy.dtype());
                        if (gy.dtype() == DType::f32) scatter_add<float>(gy.local(), tokens.local(), v0, local);
                        else scatter_add<double>(gy.local(), tokens.local(), v0, local);
                        sink.add(0, ShardedTensor(mesh, spec, table_shape, std::move(local)));

@@ -63,7 +63,7 @@ ShardedTensor broadcast_to(const ShardedTensor& x, const Shape& shape, const Spe
     if (src.global_shape()[d] == shape[d + offset]) want.dims[d] = spec.axes(d + offset);
   }
   if (!(src.spec() == want)) src = reshard(src, want);
-  Shape local = local_shape(spec, x.mesh().shape(), shape);
+  Shape local = local_shape(spec, x.mesh().shape(), shape, x.mesh().coords());
   return ShardedTensor(x.mesh(), spec, shape, tessera::broadcast_to(src.local(), local));
 }
 
@@ -73,7 +73,7 @@ ShardedTensor sum_to_shape(const ShardedTensor& x, const Shape& shape) {
   ShardedTensor s = sum(x, broadcast_dims(x.global_shape(), shape), true);
   // Drop the leading dimensions that `shape` does not have (all of extent 1 now).
   Spec spec(std::vector<Axes>(s.spec().dims.begin() + offset, s.spec().dims.end()), s.spec().partial);
-  Shape local = local_shape(spec, s.mesh().shape(), shape);
+  Shape local = local_shape(spec, s.mesh().shape(), shape, s.mesh().coords());
   Tensor block = std::move(s.local()).reshaped(std::move(local));
   return ShardedTensor(s.mesh(), std::move(spec), shape, std::move(block));
 }
@@ -97,7 +97,7 @@ Var sum(const Var& x, std::vector<int> dims, bool keepdims) {
           spec.dims.push_back(g.spec().axes(j++));
         }
       }
-      gk = ShardedTensor(g.mesh(), spec, kept, g.local().reshaped(local_shape(spec, g.mesh().shape(), kept)));
+      gk = ShardedTensor(g.mesh(), spec, kept, g.local().reshaped(local_shape(spec, g.mesh().shape(), kept, g.mesh().coords())));
     }
     sink.add(0, broadcast_to(gk, x.shape(), x.spec().without_partial()));
   });

@@ -53,11 +53,22 @@ Spec reshaped_spec(const ShardedTensor& x, const Shape& shape) {
                          "merges or splits into; reshard it first");
       }
       const std::int64_t k = x.mesh().shape().axes_size(axes);
-      if (new_major < 0 || shape[new_major] % k != 0) {
+      // Local only when the k blocks of dimension d (times the dimensions it merges with) are
+      // the k blocks of the new major dimension (times its minor ones) under the block rule.
+      bool same_blocks = new_major >= 0;
+      if (same_blocks) {
+        std::int64_t old_minor = 1, new_minor = 1;
+        for (int e : olds) old_minor *= e > d ? old[e] : 1;
+        for (int e : news) new_minor *= e > new_major ? shape[e] : 1;
+        for (std::int64_t b = 1; b < k && same_blocks; ++b) {
+          same_blocks = block_begin(old[d], k, b) * old_minor == block_begin(shape[new_major], k, b) * new_minor;
+        }
+      }
+      if (!same_blocks) {
         throw ShapeError("reshape: " + operand_string(x) + " to " + shape_to_string(shape) + ": dimension " +
                          std::to_string(new_major) + " (size " + std::to_string(new_major < 0 ? 0 : shape[new_major]) +
                          ") does not divide over the " + std::to_string(k) + " shards of dimension " +
-                         std::to_string(d) + "; reshard it first");
+                         std::to_string(d) + " into the same blocks; reshard it first");
       }
       spec.dims[new_major] = axes;
     }
@@ -67,7 +78,7 @@ Spec reshaped_spec(const ShardedTensor& x, const Shape& shape) {
 
 ShardedTensor reshape_value(const ShardedTensor& x, const Shape& shape) {
   Spec spec = reshaped_spec(x, shape);
-  Shape local = local_shape(spec, x.mesh().shape(), shape);
+  Shape local = local_shape(spec, x.mesh().shape(), shape, x.mesh().coords());
   return ShardedTensor(x.mesh(), spec, shape, x.local().reshaped(std::move(local)));
 }
 
@@ -174,7 +185,7 @@ Var concat(const std::vector<Var>& xs, int dim) {
   }
   Shape shape = first.global_shape();
   shape[dim] = extent;
-  Shape local = local_shape(target, first.mesh().shape(), shape);
+  Shape local = local_shape(target, first.mesh().shape(), shape, first.mesh().coords());
   Tensor out(local, first.dtype());
   for (std::size_t i = 0; i < parts.size(); ++i) {
     std::vector<std::int64_t> at(first.ndim(), 0);

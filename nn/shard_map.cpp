@@ -204,6 +204,13 @@ std::vector<Var> shard_map_impl(const Mesh& mesh, const ShardMapBody& body, cons
     }
     Spec spec = in_specs[i].padded(args[i].ndim());
     validate_spec(spec, shape, args[i].shape(), label);
+    // The body sees one block shape on every rank (as in JAX's shard_map): uneven splits of an
+    // argument are refused here, before any communication.
+    try {
+      require_even_split(spec, shape, args[i].shape(), label);
+    } catch (const SpecError& e) {
+      throw SpecError(std::string("shard_map: ") + e.what() + "; shard_map's blocks must all have one shape");
+    }
     inputs.push_back(args[i].spec() == spec ? args[i] : nn::reshard(args[i], spec));
     b->in_specs.push_back(spec);
     b->in_shapes.push_back(args[i].shape());

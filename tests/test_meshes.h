@@ -98,7 +98,7 @@ inline std::vector<MeshShape> meshes_2d_of_size(int n) {
   return out;
 }
 
-// all_specs filtered to those that divide `shape`.
+// all_specs that are valid for `shape` (every one whose axes exist; uneven splits included).
 inline std::vector<Spec> valid_specs(const MeshShape& mesh, const Shape& shape, bool with_partial) {
   std::vector<Spec> out;
   for (const Spec& s : all_specs(mesh, static_cast<int>(shape.size()), with_partial)) {

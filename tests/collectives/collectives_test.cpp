@@ -235,6 +235,92 @@ TEST(Collectives, PermuteShiftsAndZeroesRanksWithoutASource) {
   }
 }
 
+// Uneven blocks (core/spec.h's block rule): rank k of the group holds extents[k] rows, some of
+// them 0. all_gather with extents concatenates them; reduce_scatter without extents splits a
+// dimension n does not divide by the rule; all_to_all with extents moves pieces of different
+// sizes both ways. Results against references built from every member's block; records count
+// the real bytes. f32 and bf16 (whose sums are f32 in rank order, rounded once).
+TEST(Collectives, UnevenBlocksMoveWithVariableCounts) {
+  int checked = 0;
+  for (const auto& shape : meshes_of_size(world_size())) {
+    Mesh mesh = Mesh::world(shape);
+    for (const auto& axes : ordered_subsets(shape)) {
+      const int n = shape.axes_size(axes);
+      if (n == 1) continue;
+      const int me = mesh.axes_rank(axes);
+      for (DType dtype : {DType::f32, DType::bf16}) {
+        for (std::int64_t total : {std::int64_t{7}, std::int64_t{13}, std::int64_t{3}}) {
+          const auto extents = block_extents(total, n);
+          const std::int64_t elem = static_cast<std::int64_t>(dtype_size(dtype));
+          for (int dim : {0, 1}) {
+            // all_gather: member q holds a block [extents[q], 5] (or [5, extents[q]]) of its values.
+            auto block_shape = [&](std::int64_t e) { return dim == 0 ? Shape{e, 5} : Shape{5, e}; };
+            Tensor mine = extract_block(block_of(mesh.rank(), block_shape(total), dtype), {0, 0}, block_shape(extents[me]));
+            Tensor expected(block_shape(total), dtype);
+            std::int64_t at = 0;
+            for (int q = 0; q < n; ++q) {
+              Tensor theirs = extract_block(block_of(member_rank(mesh, axes, q), block_shape(total), dtype), {0, 0},
+                                            block_shape(extents[q]));
+              insert_block(expected, theirs, at_dim(2, dim, at));
+              at += extents[q];
+            }
+            CommScope scope;
+            Tensor got = all_gather(mesh, mine, axes, dim, extents);
+            EXPECT_TRUE(got.bit_equal(expected)) << shape.to_string() << " all_gather dim " << dim << " of " << total;
+            ASSERT_EQ(scope.records().size(), 1u);
+            EXPECT_EQ(scope.records()[0].bytes, (n - 1) * static_cast<std::int64_t>(mine.nbytes()));
+
+            // reduce_scatter: every member holds [total, 5]; I keep rows block_begin.. of the sum.
+            Tensor whole = block_of(mesh.rank(), block_shape(total), dtype);
+            Tensor sum(block_shape(total), DType::f32);
+            for (int q = 0; q < n; ++q) {
+              const Tensor theirs = block_of(member_rank(mesh, axes, q), block_shape(total), dtype).astype(DType::f32);
+              for (std::int64_t i = 0; i < sum.numel(); ++i) sum.data<float>()[i] += theirs.data<float>()[i];
+            }
+            Tensor want = extract_block(sum.astype(dtype), at_dim(2, dim, block_begin(total, n, me)),
+                                        block_shape(extents[me]));
+            CommScope scope2;
+            Tensor scattered = reduce_scatter(mesh, whole, axes, dim);
+            EXPECT_TRUE(scattered.bit_equal(want)) << shape.to_string() << " reduce_scatter dim " << dim << " of " << total;
+            ASSERT_EQ(scope2.records().size(), 1u);
+            EXPECT_EQ(scope2.records()[0].bytes, (total - extents[me]) * 5 * elem);
+
+            // all_to_all: split dim `dim` of [total, 4] (or [4, total]) by the rule, concatenate
+            // along the other dimension, whose extent is 1 + q on member q.
+            const int other = 1 - dim;
+            auto a2a_shape = [&](std::int64_t split, std::int64_t concat) {
+              Shape s2(2);
+              s2[dim] = split;
+              s2[other] = concat;
+              return s2;
+            };
+            Tensor source = block_of(mesh.rank(), a2a_shape(total, 1 + me), dtype);
+            std::vector<std::int64_t> concat(n);
+            for (int q = 0; q < n; ++q) concat[q] = 1 + q;
+            Tensor want_a2a(a2a_shape(extents[me], n * (n + 1) / 2), dtype);
+            std::int64_t c_at = 0;
+            for (int q = 0; q < n; ++q) {
+              Tensor theirs = block_of(member_rank(mesh, axes, q), a2a_shape(total, 1 + q), dtype);
+              std::vector<std::int64_t> from(2, 0), to(2, 0);
+              from[dim] = block_begin(total, n, me);
+              to[other] = c_at;
+              insert_block(want_a2a, extract_block(theirs, from, a2a_shape(extents[me], 1 + q)), to);
+              c_at += 1 + q;
+            }
+            CommScope scope3;
+            Tensor moved = all_to_all(mesh, source, axes, dim, extents, other, concat);
+            EXPECT_TRUE(moved.bit_equal(want_a2a)) << shape.to_string() << " all_to_all dim " << dim << " of " << total;
+            ASSERT_EQ(scope3.records().size(), 1u);
+            EXPECT_EQ(scope3.records()[0].bytes, (total - extents[me]) * (1 + me) * elem);
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  if (world_size() > 1) EXPECT_GT(checked, 0);
+}
+
 // Errors that depend only on replicated facts are raised on every rank before any message.
 TEST(Collectives, BadInputIsAnErrorOnEveryRank) {
   for (const auto& shape : meshes_of_size(world_size())) {
@@ -248,11 +334,13 @@ TEST(Collectives, BadInputIsAnErrorOnEveryRank) {
                             "mesh axes: axis '" + axis + "' appears twice");
     expect_error<ShapeError>([&] { all_gather(mesh, t, {axis}, 2); },
                              "all_gather: dimension 2 out of range for a tensor of shape [3, 4]");
-    if (n > 1 && 3 % n != 0) {
-      expect_error<ShapeError>([&] { reduce_scatter(mesh, t, {axis}, 0); },
-                               "reduce_scatter: dimension 0 (size 3) of a tensor of shape [3, 4] does not divide "
-                               "into " + std::to_string(n) + " blocks");
-    }
+    // Uneven extents that do not make up the dimension, or are not this rank's.
+    expect_error<ShapeError>([&] { reduce_scatter(mesh, t, {axis}, 0, std::vector<std::int64_t>(n, 1)); },
+                             "reduce_scatter: blocks of extents " + shape_to_string(Shape(n, 1)) +
+                                 " along dimension 0 do not make up its size 3 in shape [3, 4]");
+    expect_error<ShapeError>([&] { all_gather(mesh, t, {axis}, 0, std::vector<std::int64_t>(n, 2)); },
+                             "all_gather: this rank's block has extent 3 along dimension 0, expected 2 (block extents " +
+                                 shape_to_string(Shape(n, 2)) + ")");
     expect_error<SpecError>([&] { permute(mesh, t, {axis}, {{0, 0}, {0, n - 1}}); },
                             "permute: position 0 is a source twice");
     expect_error<SpecError>([&] { permute(mesh, t, {axis}, {{0, n}}); },

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "collectives/reshard.h"
+#include "tests/collectives/reshard_test_support.h"
 #include "tests/test_meshes.h"
 
 namespace tessera {
@@ -21,19 +22,8 @@ using testing_support::meshes_of_size;
 using testing_support::world_rank;
 using testing_support::world_size;
 
-double value(std::int64_t i) { return static_cast<double>((i * 7919) % 1009); }
-
-// A partial source whose summands differ on every rank of the partial axes (not just the value
-// on one replica): the holder has value - (1 + ... + (P-1)), the k-th other rank has k.
-ShardedTensor partial_source(const Mesh& mesh, const Spec& spec, const Shape& global) {
-  auto x = ShardedTensor::from_fn(mesh, spec, global, DType::f32, value, "x");
-  if (!spec.is_partial()) return x;
-  const int parts = mesh.shape().axes_size(spec.partial);
-  const int k = mesh.axes_rank(spec.partial);
-  const float shift = k == 0 ? -static_cast<float>(parts * (parts - 1) / 2) : static_cast<float>(k);
-  for (auto& v : x.local().values<float>()) v += shift;
-  return x;
-}
+using reshard_testing::partial_source;
+using reshard_testing::value;
 
 // Replicate everything (all-gather every split axis), all-reduce the partial axes on the whole
 // tensor, slice: what a planner without the table would do.

@@ -187,16 +187,16 @@ TEST(ShapeScope, LocalMismatchMessages) {
                 "over axes (model) of size 4");
 }
 
-TEST(ShapeScope, GlobalWithMeshChecksDivisibility) {
+TEST(ShapeScope, GlobalWithMeshFollowsTheBlockRule) {
   ShapeScope scope;
   EXPECT_NO_THROW(check_global(ss("batch/data hidden/model"), {8, 32}, mesh_2x4(), "h"));
-  EXPECT_EQ(error_of<ShapeError>([] { check_global(ss("vocab/data/model"), {12}, mesh_2x4(), "logits"); }),
-            "'logits' (\"vocab/data/model\", global shape [12] on mesh " + mesh_2x4().to_string() +
-                "): dimension vocab: size 12 does not divide over axes (data, model) of size 8");
-  EXPECT_EQ(bound_size("vocab"), std::nullopt);
-  // Without a mesh the axes are not looked at.
-  EXPECT_NO_THROW(check_global(ss("vocab/data/model"), {12}, "logits"));
+  // 12 over (data, model) = 8: blocks of 2, the last two empty; any size is valid.
+  EXPECT_NO_THROW(check_global(ss("vocab/data/model"), {12}, mesh_2x4(), "logits"));
   EXPECT_EQ(bound_size("vocab"), 12);
+  // The axes are still checked.
+  EXPECT_EQ(error_of<SpecError>([] { check_global(ss("vocab/tensor"), {12}, mesh_2x4(), "logits"); }),
+            "'logits' (\"vocab/tensor\", global shape [12] on mesh " + mesh_2x4().to_string() +
+                "): mesh axis 'tensor' of dimension vocab is not in the mesh");
 }
 
 TEST(ShapeScope, UnknownOrRepeatedAxes) {

@@ -88,11 +88,44 @@ TEST(Spec, ValidateAxisTwice) {
             "spec P(model; partial=model) of 'y': mesh axis 'model' is used more than once");
 }
 
-TEST(Spec, ValidateNonDivisible) {
-  EXPECT_EQ(validate_error(parse_spec("P(None, (data, model))"), kMesh, {8, 1004}, "W2"),
-            "dimension 1 of 'W2' (size 1004) does not divide over axes (data, model) of size 8");
-  EXPECT_EQ(validate_error(parse_spec("P(None, model)"), MeshShape({"data", "model"}, {2, 3}), {8, 1000}, "W2"),
-            "dimension 1 of 'W2' (size 1000) does not divide over axes (model) of size 3");
+TEST(Spec, UnevenDimensionsAreValid) {
+  // Only unknown axes, an axis twice and too many dimensions are errors; sizes need not divide.
+  EXPECT_EQ(validate_error(parse_spec("P(None, (data, model))"), kMesh, {8, 1004}, "W2"), "no error");
+  EXPECT_EQ(validate_error(parse_spec("P(None, model)"), MeshShape({"data", "model"}, {2, 3}), {8, 1000}, "W2"), "no error");
+  EXPECT_EQ(validate_error(parse_spec("P((data, model))"), kMesh, {3}, "b"), "no error");
+}
+
+TEST(Spec, BlockRuleIsCeilDivision) {
+  // [i*c, min(n, (i+1)*c)), c = ceil(n/s): JAX's and torch.chunk's rule.
+  EXPECT_EQ(block_extents(10, 4), (std::vector<std::int64_t>{3, 3, 3, 1}));
+  EXPECT_EQ(block_extents(7, 4), (std::vector<std::int64_t>{2, 2, 2, 1}));
+  EXPECT_EQ(block_extents(13, 8), (std::vector<std::int64_t>{2, 2, 2, 2, 2, 2, 1, 0}));
+  EXPECT_EQ(block_extents(3, 8), (std::vector<std::int64_t>{1, 1, 1, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(block_extents(1000, 3), (std::vector<std::int64_t>{334, 334, 332}));
+  EXPECT_EQ(block_extents(0, 2), (std::vector<std::int64_t>{0, 0}));
+  EXPECT_EQ(block_begin(10, 4, 3), 9);
+  EXPECT_EQ(block_begin(3, 8, 7), 3);
+  // Nesting: the blocks of 7 over 2x2 tile the blocks of 7 over 2; those of 10 do not
+  // (over 2: [0,5) [5,10); over 4: [0,3) [3,6) [6,9) [9,10)).
+  EXPECT_TRUE(blocks_nest(7, 2, 2));
+  EXPECT_FALSE(blocks_nest(10, 2, 2));
+  EXPECT_TRUE(blocks_nest(10, 1, 4));
+  EXPECT_TRUE(blocks_nest(16, 2, 4));
+}
+
+TEST(Spec, UnevenLocalShapeAndOffsets) {
+  const MeshShape mesh({"data", "model"}, {2, 3});
+  Spec s = parse_spec("P(data, model)");
+  EXPECT_FALSE(splits_evenly(s, mesh, {5, 1000}));
+  EXPECT_TRUE(splits_evenly(s, mesh, {4, 999}));
+  EXPECT_EQ(local_shape(s, mesh, {5, 1000}, {0, 0}), (Shape{3, 334}));
+  EXPECT_EQ(local_shape(s, mesh, {5, 1000}, {1, 2}), (Shape{2, 332}));
+  EXPECT_EQ(block_offsets(s, mesh, {5, 1000}, {1, 2}), (std::vector<std::int64_t>{3, 668}));
+  EXPECT_EQ(max_local_shape(s, mesh, {5, 1000}), (Shape{3, 334}));
+  // The group over (model) through coords (1, 0), in communicator order.
+  EXPECT_EQ(group_block_extents(s, mesh, {5, 1000}, 1, {"model"}, {1, 0}), (std::vector<std::int64_t>{334, 334, 332}));
+  EXPECT_EQ(group_block_extents(parse_spec("P((data, model))"), mesh, {7}, 0, {"data", "model"}, {0, 0}),
+            (std::vector<std::int64_t>{2, 2, 2, 1, 0, 0}));
 }
 
 TEST(Spec, ValidateTooManyDimensions) {
@@ -112,10 +145,10 @@ TEST(Spec, BlockIndexIsMixedRadixMajorFirst) {
 
 TEST(Spec, LocalShapeAndOffsets) {
   Spec s = parse_spec("P(data, model)");
-  EXPECT_EQ(local_shape(s, kMesh, {8, 16}), (Shape{4, 4}));
+  EXPECT_EQ(local_shape(s, kMesh, {8, 16}, {1, 2}), (Shape{4, 4}));
   EXPECT_EQ(block_offsets(s, kMesh, {8, 16}, {1, 2}), (std::vector<std::int64_t>{4, 8}));
   // Padding: a short spec leaves later dimensions whole.
-  EXPECT_EQ(local_shape(parse_spec("P(model)"), kMesh, {8, 16, 3}), (Shape{2, 16, 3}));
+  EXPECT_EQ(local_shape(parse_spec("P(model)"), kMesh, {8, 16, 3}, {0, 3}), (Shape{2, 16, 3}));
 }
 
 TEST(ShapeString, RoundTripsAndGivesSpec) {

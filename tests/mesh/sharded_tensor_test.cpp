@@ -35,7 +35,7 @@ TEST(ShardedTensor, FromFnToGlobalEqualsReferenceForEverySpec) {
       Tensor expected = reference(global);
       for (const Spec& spec : all_specs(shape, static_cast<int>(global.size()), false)) {
         auto x = ShardedTensor::from_fn(mesh, spec, global, DType::f32, hashed, "x");
-        EXPECT_EQ(x.local().shape(), local_shape(spec, shape, global));
+        EXPECT_EQ(x.local().shape(), local_shape(spec, shape, global, mesh.coords()));
         EXPECT_TRUE(x.to_global().bit_equal(expected)) << shape.to_string() << " " << spec.to_string();
         // The block is where the layout rule says: its first element is the offsets' element.
         auto offsets = x.block_offsets();
@@ -96,17 +96,20 @@ TEST(ShardedTensor, FromGlobalWithPartialAxesSumsBack) {
   }
 }
 
-TEST(ShardedTensor, NonDivisibleSizeIsAnErrorOnEveryRank) {
+// A size the axes do not divide follows the block rule: blocks of ceil(n / s), the trailing ones
+// short or empty (25 over 8: six blocks of 4, then 1, then 0); the global value comes back.
+TEST(ShardedTensor, UnevenSizeFollowsTheBlockRule) {
   const int n = world_size();
-  if (n == 1) GTEST_SKIP() << "every size divides over one rank";
   Mesh mesh = Mesh::world(MeshShape({"data"}, {n}));
-  try {
-    ShardedTensor::from_fn(mesh, parse_spec("P(None, data)"), {4, 3 * n + 1}, DType::f32, hashed, "W2");
-    FAIL();
-  } catch (const SpecError& e) {
-    EXPECT_EQ(std::string(e.what()), "dimension 1 of 'W2' (size " + std::to_string(3 * n + 1) +
-                                         ") does not divide over axes (data) of size " + std::to_string(n));
-  }
+  const std::int64_t cols = 3 * n + 1;
+  auto x = ShardedTensor::from_fn(mesh, parse_spec("P(None, data)"), {4, cols}, DType::f32, hashed, "W2");
+  const std::int64_t chunk = (cols + n - 1) / n;
+  const std::int64_t begin = std::min<std::int64_t>(cols, mesh.rank() * chunk);
+  const std::int64_t end = std::min<std::int64_t>(cols, (mesh.rank() + 1) * chunk);
+  EXPECT_EQ(x.local().shape(), (Shape{4, end - begin}));
+  EXPECT_EQ(x.block_offsets(), (std::vector<std::int64_t>{0, begin}));
+  EXPECT_TRUE(x.to_global().bit_equal(reference({4, cols})));
+  if (n == 8) EXPECT_EQ(block_extents(cols, n), (std::vector<std::int64_t>{4, 4, 4, 4, 4, 4, 1, 0}));
 }
 
 TEST(ShardedTensor, UnknownAxisAndAxisTwiceAreErrors) {
@@ -157,6 +160,13 @@ TEST(ShardedTensor, PictureShowsWhichRanksHoldWhichBlock) {
             "| 4,5,6,7 |\n"
             "+---------+\n"
             "partial over model: each cell's value is the sum of its ranks' blocks\n");
+  // Uneven blocks (10 over 4: 3, 3, 3, 1): each cell names its block's shape.
+  auto u = ShardedTensor::zeros(mesh, parse_spec("P(None, model)"), {16, 10}, DType::f32, "U");
+  EXPECT_EQ(u.picture(),
+            "U: f32[16, 10] P(None, model) on mesh(data: 2, model: 4)\n"
+            "+----------+----------+----------+----------+\n"
+            "| 0,4 16x3 | 1,5 16x3 | 2,6 16x3 | 3,7 16x1 |\n"
+            "+----------+----------+----------+----------+\n");
 }
 
 }  // namespace

@@ -54,6 +54,14 @@ std::vector<MeshShape> meshes_of(int n) {
 // A mesh of more than one rank whose first axis is data: FSDP has something to split.
 bool splits_data(const MeshShape& shape) { return shape.size() > 1 && shape.names()[0] == "data"; }
 
+// Whether some mesh of n ranks splits the vocabulary over a model axis of size > 1.
+bool shape_has_model_axis_of(int n) {
+  for (const auto& m : meshes_of(n)) {
+    if (m.has_axis("model") && m.axis_size("model") > 1) return true;
+  }
+  return false;
+}
+
 // Tokens [batch, seq] and their next-token labels, a fixed byte pattern per step.
 std::pair<ShardedTensor, ShardedTensor> batch_of(const Mesh& mesh, int step) {
   Tensor tokens(Shape{kBatch, kSeq}, DType::i32), labels(Shape{kBatch, kSeq}, DType::i32);
@@ -91,31 +99,35 @@ struct Reference {
   ParamTree loop_grads;
 };
 
-Reference reference(const Mesh& one) {
-  const Transformer model{tiny(false, false)};
+Reference reference(const Mesh& one, std::int64_t vocab) {
+  TransformerConfig c = tiny(false, false);
+  c.vocab = vocab;
+  const Transformer model{c};
   auto [tokens, labels] = batch_of(one, 0);
   auto r = value_and_grad(params_on(model, one), loss_of(model), Batch{tokens, labels});
   return {r.loss, r.grads};
 }
 
-TEST(Transformer, LossAndGradientsMatchOneRankOnEveryMesh) {
-  Mesh one = self_mesh({"data", "seq", "model"});
-  const Reference ref = reference(one);
-  // A byte model at init predicts about uniformly: the loss is near log(256).
-  EXPECT_NEAR(ref.loss, std::log(256.0), 1.0);
-  int checked = 0;
+// Loss and gradients of tiny() with `vocab` on every mesh of this rank count, loop and stacked,
+// with FSDP where data splits, against the one-rank reference; every gradient in its
+// parameter's spec. Returns how many of the runs split the embedding unevenly.
+int expect_every_mesh_matches(const Mesh& one, const Reference& ref, std::int64_t vocab) {
+  int checked = 0, uneven = 0;
   for (const auto& shape : meshes_of(world_size())) {
     Mesh mesh = Mesh::world(shape);
     for (bool scan : {false, true}) {
       for (bool fsdp : {false, true}) {
         if (fsdp && !splits_data(shape)) continue;
-        const Transformer model{tiny(scan, fsdp)};
+        TransformerConfig c = tiny(scan, fsdp);
+        c.vocab = vocab;
+        const Transformer model{c};
         const ParamTree params = params_on(model, mesh);
+        uneven += !splits_evenly(params.at("embed").spec(), shape, params.at("embed").global_shape());
         auto [tokens, labels] = batch_of(mesh, 0);
         auto got = value_and_grad(params, loss_of(model), Batch{tokens, labels});
         const std::string label = shape.to_string() + (scan ? " scan" : " loop") + (fsdp ? " fsdp" : "");
         EXPECT_NEAR(got.loss, ref.loss, 1e-5 * ref.loss) << label;
-        const ParamTree want = scan ? stack_transformer_params(ref.loop_grads, model.config.layers, one) : ref.loop_grads;
+        const ParamTree want = scan ? stack_transformer_params(ref.loop_grads, c.layers, one) : ref.loop_grads;
         expect_trees_near(got.grads, want, 1e-5, label);
         for (const auto& [path, g] : got.grads) EXPECT_EQ(g.spec(), params.at(path).spec()) << label << " " << path;
         ++checked;
@@ -123,6 +135,24 @@ TEST(Transformer, LossAndGradientsMatchOneRankOnEveryMesh) {
     }
   }
   EXPECT_GT(checked, 0);
+  return uneven;
+}
+
+TEST(Transformer, LossAndGradientsMatchOneRankOnEveryMesh) {
+  Mesh one = self_mesh({"data", "seq", "model"});
+  const Reference ref = reference(one, 256);
+  // A byte model at init predicts about uniformly: the loss is near log(256).
+  EXPECT_NEAR(ref.loss, std::log(256.0), 1.0);
+  EXPECT_EQ(expect_every_mesh_matches(one, ref, 256), 0);
+}
+
+// A vocabulary that the model axis does not divide (257 = 129 + 128 on model=2; 65, 65, 65, 62
+// on model=4): the embedding lookup, the vocab-parallel loss and their gradients follow the block
+// rule, and loss and gradients equal one rank's, with FSDP and stacked too.
+TEST(Transformer, UnevenVocabularyMatchesOneRank) {
+  Mesh one = self_mesh({"data", "seq", "model"});
+  const int uneven = expect_every_mesh_matches(one, reference(one, 257), 257);
+  if (shape_has_model_axis_of(world_size())) EXPECT_GT(uneven, 0);
 }
 
 TEST(Transformer, FiveAdamStepsMatchOneRank) {

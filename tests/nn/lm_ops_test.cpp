@@ -160,7 +160,7 @@ TEST(LmOps, ReshapeOfASplitMinorDimensionIsAnError) {
     } catch (const ShapeError& e) {
       EXPECT_EQ(std::string(e.what()), "reshape: " + where + " to [3, 3, " + std::to_string(2 * n) +
                                            "]: dimension 1 (size 3) does not divide over the " + std::to_string(n) +
-                                           " shards of dimension 1; reshard it first");
+                                           " shards of dimension 1 into the same blocks; reshard it first");
     }
   }
 }

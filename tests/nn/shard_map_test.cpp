@@ -356,6 +356,20 @@ TEST(ShardMapErrors, ArgumentOfTheWrongSize) {
                                "): dimension embed: expected 16, got 32; embed was bound by 'x'");
 }
 
+// shard_map's body sees one block shape on every rank: an argument its in_spec splits unevenly
+// is refused on every rank, before any communication (reshard or pad it outside).
+TEST(ShardMapErrors, UnevenArgumentIsRefused) {
+  if (world_size() == 1) GTEST_SKIP() << "every size divides over one rank";
+  const int n = world_size();
+  Mesh mesh = Mesh::world(MeshShape({"data"}, {n}));
+  Var x(ShardedTensor::zeros(mesh, Spec(), {n + 1, 4}, DType::f32, "x"));
+  auto body = [](const std::vector<Var>& a) { return std::vector<Var>{a[0]}; };
+  expect_error<SpecError>([&] { shard_map(mesh, body, {parse_spec("P(data)")}, {parse_spec("P(data)")}, {x}); },
+                          "shard_map: dimension 0 of 'argument 0' (size " + std::to_string(n + 1) +
+                              ") does not divide over axes (data) of size " + std::to_string(n) +
+                              "; shard_map's blocks must all have one shape");
+}
+
 TEST(ShardMapErrors, DtypeMismatch) {
   BadInput s;
   Var w2_f64(ShardedTensor::zeros(s.mesh, parse_spec("P(model, None)"), {s.hidden, 16}, DType::f64, "w2"));

@@ -1,0 +1,257 @@
+// The collectives on uneven blocks (variable counts): MPI_Allgatherv, MPI_Reduce_scatter and
+// MPI_Alltoallv over blocks packed block-major. Blocks of equal extent take the equal-block
+// collectives of all_gather.cpp, reduce_scatter.cpp and all_to_all.cpp instead.
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "collectives/bf16_reduce.h"
+#include "collectives/collectives.h"
+#include "collectives/comm_stats.h"
+#include "collectives/layout.h"
+#include "core/error.h"
+#include "mesh/mpi_check.h"
+
+namespace tessera::detail {
+
+VarLayout var_layout(const Shape& shape, DType dtype, int dim, std::vector<std::int64_t> extents, std::string_view what) {
+  const int ndim = static_cast<int>(shape.size());
+  if (dim < 0 || dim >= ndim) {
+    throw ShapeError(std::string(what) + ": dimension " + std::to_string(dim) + " out of range for a tensor of shape " +
+                     shape_to_string(shape));
+  }
+  VarLayout layout;
+  layout.extents = std::move(extents);
+  layout.starts.resize(layout.extents.size());
+  for (std::size_t k = 0; k < layout.extents.size(); ++k) {
+    if (layout.extents[k] < 0) {
+      throw ShapeError(std::string(what) + ": negative block extent " + std::to_string(layout.extents[k]));
+    }
+    layout.starts[k] = layout.total;
+    layout.total += layout.extents[k];
+  }
+  if (layout.total != shape[dim]) {
+    throw ShapeError(std::string(what) + ": blocks of extents " + shape_to_string(layout.extents) + " along dimension " +
+                     std::to_string(dim) + " do not make up its size " + std::to_string(shape[dim]) + " in shape " +
+                     shape_to_string(shape));
+  }
+  for (int d = 0; d < dim; ++d) layout.outer *= shape[d];
+  layout.row = static_cast<std::int64_t>(dtype_size(dtype));
+  for (int d = dim + 1; d < ndim; ++d) layout.row *= shape[d];
+  return layout;
+}
+
+void pack_var(const void* src, void* dst, const VarLayout& layout) {
+  auto* in = static_cast<const std::byte*>(src);
+  auto* out = static_cast<std::byte*>(dst);
+  for (int k = 0; k < layout.n(); ++k) {
+    const auto run = static_cast<std::size_t>(layout.extents[k] * layout.row);
+    if (run == 0) continue;
+    for (std::int64_t o = 0; o < layout.outer; ++o) {
+      std::memcpy(out, in + (o * layout.total + layout.starts[k]) * layout.row, run);
+      out += run;
+    }
+  }
+}
+
+void unpack_var(const void* src, void* dst, const VarLayout& layout) {
+  auto* in = static_cast<const std::byte*>(src);
+  auto* out = static_cast<std::byte*>(dst);
+  for (int k = 0; k < layout.n(); ++k) {
+    const auto run = static_cast<std::size_t>(layout.extents[k] * layout.row);
+    if (run == 0) continue;
+    for (std::int64_t o = 0; o < layout.outer; ++o) {
+      std::memcpy(out + (o * layout.total + layout.starts[k]) * layout.row, in, run);
+      in += run;
+    }
+  }
+}
+
+bool all_equal(const std::vector<std::int64_t>& extents) {
+  return std::adjacent_find(extents.begin(), extents.end(), std::not_equal_to<>()) == extents.end();
+}
+
+namespace {
+
+// A contiguous MPI type of `bytes` bytes (one row, one element), committed when derived.
+class UnitType {
+ public:
+  UnitType(std::int64_t bytes, std::string_view what) {
+    Message m = contiguous_message(bytes, what);
+    if (m.count == 1) {
+      owner_ = std::move(m.type);
+      type_ = owner_.get();
+    } else {
+      MPI_Datatype t;
+      check_mpi(MPI_Type_contiguous(m.count, m.type.get(), &t), "MPI_Type_contiguous");
+      check_mpi(MPI_Type_commit(&t), "MPI_Type_commit");
+      owner_ = MpiType(t, true);
+      type_ = t;
+    }
+  }
+  MPI_Datatype get() const { return type_; }
+
+ private:
+  MpiType owner_;
+  MPI_Datatype type_ = MPI_BYTE;
+};
+
+// Counts and displacements of `units` per block, as MPI ints.
+void counts_and_displs(const std::vector<std::int64_t>& units, std::vector<int>* counts, std::vector<int>* displs,
+                       std::string_view what) {
+  counts->resize(units.size());
+  displs->resize(units.size());
+  std::int64_t at = 0;
+  for (std::size_t k = 0; k < units.size(); ++k) {
+    (*counts)[k] = checked_count(units[k], what);
+    (*displs)[k] = checked_count(at, what);
+    at += units[k];
+  }
+  checked_count(at, what);
+}
+
+void check_my_extent(const Tensor& local, int dim, const std::vector<std::int64_t>& extents, int n, int me,
+                     std::string_view what) {
+  if (static_cast<int>(extents.size()) != n) {
+    throw ShapeError(std::string(what) + ": " + std::to_string(extents.size()) + " block extents for a group of " +
+                     std::to_string(n) + " ranks");
+  }
+  if (dim < 0 || dim >= local.ndim()) {
+    throw ShapeError(std::string(what) + ": dimension " + std::to_string(dim) + " out of range for a tensor of shape " +
+                     shape_to_string(local.shape()));
+  }
+  if (local.shape()[dim] != extents[me]) {
+    throw ShapeError(std::string(what) + ": this rank's block has extent " + std::to_string(local.shape()[dim]) +
+                     " along dimension " + std::to_string(dim) + ", expected " + std::to_string(extents[me]) +
+                     " (block extents " + shape_to_string(extents) + ")");
+  }
+}
+
+}  // namespace
+
+}  // namespace tessera::detail
+
+namespace tessera {
+
+using detail::VarLayout;
+
+Tensor all_gather(const Mesh& mesh, const Tensor& local, const Axes& axes, int dim,
+                  const std::vector<std::int64_t>& extents) {
+  const Communicator& comm = mesh.axes_comm(axes);
+  const int n = comm.size();
+  detail::check_my_extent(local, dim, extents, n, comm.rank(), "all_gather");
+  if (detail::all_equal(extents)) return all_gather(mesh, local, axes, dim);
+  const CommTimer timer;
+  Shape out_shape = local.shape();
+  out_shape[dim] = 0;
+  for (auto e : extents) out_shape[dim] += e;
+  const VarLayout layout = detail::var_layout(out_shape, local.dtype(), dim, extents, "all_gather");
+  const std::int64_t bytes = static_cast<std::int64_t>(local.nbytes());
+  CommStats::global().record({CommOp::all_gather, axes, dim, (n - 1) * bytes});
+  Tensor out = Tensor::empty(out_shape, local.dtype());
+  if (layout.row == 0 || out.numel() == 0) return out;
+  std::vector<std::int64_t> rows(n);
+  for (int k = 0; k < n; ++k) rows[k] = layout.outer * extents[k];
+  std::vector<int> counts, displs;
+  detail::counts_and_displs(rows, &counts, &displs, "all_gather");
+  const detail::UnitType row(layout.row, "all_gather");
+  Tensor packed;
+  void* recv = out.raw();
+  if (!layout.consecutive()) {
+    packed = detail::scratch_buffer(static_cast<std::int64_t>(out.nbytes()));
+    recv = packed.raw();
+  }
+  check_mpi(MPI_Allgatherv(local.raw(), counts[comm.rank()], row.get(), recv, counts.data(), displs.data(), row.get(),
+                           comm.handle()),
+            "MPI_Allgatherv (all_gather)");
+  if (!layout.consecutive()) detail::unpack_var(packed.raw(), out.raw(), layout);
+  return out;
+}
+
+Tensor reduce_scatter(const Mesh& mesh, const Tensor& local, const Axes& axes, int dim,
+                      const std::vector<std::int64_t>& extents) {
+  const Communicator& comm = mesh.axes_comm(axes);
+  const int n = comm.size();
+  const int me = comm.rank();
+  const VarLayout layout = detail::var_layout(local.shape(), local.dtype(), dim, extents, "reduce_scatter");
+  if (layout.n() != n) {
+    throw ShapeError("reduce_scatter: " + std::to_string(layout.n()) + " block extents for a group of " +
+                     std::to_string(n) + " ranks");
+  }
+  if (detail::all_equal(extents)) return reduce_scatter(mesh, local, axes, dim);
+  const CommTimer timer;
+  Shape out_shape = local.shape();
+  out_shape[dim] = extents[me];
+  Tensor out = Tensor::empty(out_shape, local.dtype());
+  const std::int64_t bytes = static_cast<std::int64_t>(local.nbytes());
+  CommStats::global().record({CommOp::reduce_scatter, axes, dim, bytes - static_cast<std::int64_t>(out.nbytes())});
+  if (bytes == 0) return out;
+  const void* send = local.raw();
+  Tensor packed;
+  if (!layout.consecutive()) {
+    packed = detail::scratch_buffer(bytes);
+    detail::pack_var(local.raw(), packed.raw(), layout);
+    send = packed.raw();
+  }
+  // Element counts: MPI's predefined reductions need predefined element types.
+  const std::int64_t elements_per_row = layout.row / static_cast<std::int64_t>(dtype_size(local.dtype()));
+  std::vector<int> counts(n);
+  for (int k = 0; k < n; ++k) counts[k] = detail::checked_count(layout.outer * extents[k] * elements_per_row, "reduce_scatter");
+  detail::checked_count(local.numel(), "reduce_scatter");
+  if (local.dtype() == DType::bf16) {
+    detail::reduce_scatter_bf16_v(static_cast<const bfloat16*>(send), out.data<bfloat16>(), counts, comm);
+    return out;
+  }
+  check_mpi(MPI_Reduce_scatter(send, out.raw(), counts.data(), mpi_datatype(local.dtype()), MPI_SUM, comm.handle()),
+            "MPI_Reduce_scatter (reduce_scatter)");
+  return out;
+}
+
+Tensor all_to_all(const Mesh& mesh, const Tensor& local, const Axes& axes, int split_dim,
+                  const std::vector<std::int64_t>& split_extents, int concat_dim,
+                  const std::vector<std::int64_t>& concat_extents) {
+  const Communicator& comm = mesh.axes_comm(axes);
+  const int n = comm.size();
+  const int me = comm.rank();
+  const VarLayout send_layout =
+      detail::var_layout(local.shape(), local.dtype(), split_dim, split_extents, "all_to_all (split dimension)");
+  if (send_layout.n() != n) {
+    throw ShapeError("all_to_all: " + std::to_string(send_layout.n()) + " split extents for a group of " +
+                     std::to_string(n) + " ranks");
+  }
+  detail::check_my_extent(local, concat_dim, concat_extents, n, me, "all_to_all (concat dimension)");
+  if (split_dim == concat_dim) throw ShapeError("all_to_all: the split and concat dimensions are the same");
+  if (detail::all_equal(split_extents) && detail::all_equal(concat_extents)) {
+    return all_to_all(mesh, local, axes, split_dim, concat_dim);
+  }
+  const CommTimer timer;
+  Shape out_shape = local.shape();
+  out_shape[split_dim] = split_extents[me];
+  out_shape[concat_dim] = 0;
+  for (auto e : concat_extents) out_shape[concat_dim] += e;
+  const VarLayout recv_layout = detail::var_layout(out_shape, local.dtype(), concat_dim, concat_extents, "all_to_all");
+  const std::int64_t bytes = static_cast<std::int64_t>(local.nbytes());
+  CommStats::global().record({CommOp::all_to_all, axes, split_dim, bytes - send_layout.block_bytes(me)});
+  Tensor out = Tensor::empty(out_shape, local.dtype());
+  // Counts in elements: a piece's rows differ between sender (split) and receiver (concat).
+  const std::int64_t elem = static_cast<std::int64_t>(dtype_size(local.dtype()));
+  std::vector<std::int64_t> send_units(n), recv_units(n);
+  for (int k = 0; k < n; ++k) {
+    send_units[k] = send_layout.block_bytes(k) / elem;
+    recv_units[k] = recv_layout.block_bytes(k) / elem;
+  }
+  std::vector<int> send_counts, send_displs, recv_counts, recv_displs;
+  detail::counts_and_displs(send_units, &send_counts, &send_displs, "all_to_all");
+  detail::counts_and_displs(recv_units, &recv_counts, &recv_displs, "all_to_all");
+  Tensor send = detail::scratch_buffer(bytes);
+  if (bytes > 0) detail::pack_var(local.raw(), send.raw(), send_layout);
+  Tensor recv = detail::scratch_buffer(static_cast<std::int64_t>(out.nbytes()));
+  const detail::UnitType element(elem, "all_to_all");
+  check_mpi(MPI_Alltoallv(send.raw(), send_counts.data(), send_displs.data(), element.get(), recv.raw(),
+                          recv_counts.data(), recv_displs.data(), element.get(), comm.handle()),
+            "MPI_Alltoallv (all_to_all)");
+  if (out.numel() > 0) detail::unpack_var(recv.raw(), out.raw(), recv_layout);
+  return out;
+}
+
+}  // namespace tessera
