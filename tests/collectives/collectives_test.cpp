@@ -318,7 +318,9 @@ TEST(Collectives, UnevenBlocksMoveWithVariableCounts) {
       }
     }
   }
-  if (world_size() > 1) EXPECT_GT(checked, 0);
+  if (world_size() > 1) {
+    EXPECT_GT(checked, 0);
+  }
 }
 
 // Errors that depend only on replicated facts are raised on every rank before any message.

@@ -84,7 +84,9 @@ void every_pair(const std::vector<Shape>& shapes, const char* label, bool always
                 uneven_pairs);
   }
   EXPECT_GT(pairs, 0);
-  if (always_uneven && world_size() > 1) EXPECT_GT(uneven_pairs, 0);
+  if (always_uneven && world_size() > 1) {
+    EXPECT_GT(uneven_pairs, 0);
+  }
 }
 
 TEST(ReshardUneven, EveryPairOnExtents7_10_13) { every_pair({Shape{7, 10}, Shape{13, 7}, Shape{10, 13}}, "7, 10, 13", true); }

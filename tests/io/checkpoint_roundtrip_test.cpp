@@ -99,7 +99,9 @@ TEST(CheckpointRoundTrip, UnevenBlocksSaveAndRestoreOnEveryMesh) {
     }
   }
   EXPECT_GT(restores, 0);
-  if (world_size() > 1) EXPECT_GT(uneven, 0);
+  if (world_size() > 1) {
+    EXPECT_GT(uneven, 0);
+  }
 }
 
 // A small max_chunk_bytes cuts every block into several chunks (leading dimensions first), each

@@ -109,7 +109,9 @@ TEST(ShardedTensor, UnevenSizeFollowsTheBlockRule) {
   EXPECT_EQ(x.local().shape(), (Shape{4, end - begin}));
   EXPECT_EQ(x.block_offsets(), (std::vector<std::int64_t>{0, begin}));
   EXPECT_TRUE(x.to_global().bit_equal(reference({4, cols})));
-  if (n == 8) EXPECT_EQ(block_extents(cols, n), (std::vector<std::int64_t>{4, 4, 4, 4, 4, 4, 1, 0}));
+  if (n == 8) {
+    EXPECT_EQ(block_extents(cols, n), (std::vector<std::int64_t>{4, 4, 4, 4, 4, 4, 1, 0}));
+  }
 }
 
 TEST(ShardedTensor, UnknownAxisAndAxisTwiceAreErrors) {

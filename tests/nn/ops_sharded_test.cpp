@@ -69,7 +69,9 @@ TEST(OpsSharded, LossAndGradientsMatchOneRankOnEveryMesh) {
     }
   }
   EXPECT_GT(checked, 0);
-  if (world_size() >= 4) EXPECT_GT(uneven, 0);
+  if (world_size() >= 4) {
+    EXPECT_GT(uneven, 0);
+  }
 }
 
 TEST(OpsSharded, MismatchedEinsumShapesAreAnErrorOnEveryRank) {
