@@ -112,19 +112,19 @@ Message contiguous_message(std::int64_t bytes, std::string_view what) {
                  " bytes cannot be expressed with MPI's int counts");
 }
 
+MpiType contiguous_type(std::int64_t bytes, std::string_view what) {
+  Message m = contiguous_message(bytes, what);
+  if (m.count == 1) return std::move(m.type);
+  MPI_Datatype t;
+  check_mpi(MPI_Type_contiguous(m.count, m.type.get(), &t), "MPI_Type_contiguous");
+  return commit(t);
+}
+
 MpiType strided_block_type(const BlockLayout& layout, std::string_view what) {
-  Message run = contiguous_message(layout.run, what);
-  MPI_Datatype run_type = run.type.get();
-  MpiType run_owner;
-  if (run.count != 1) {
-    MPI_Datatype t;
-    check_mpi(MPI_Type_contiguous(run.count, run.type.get(), &t), "MPI_Type_contiguous");
-    run_owner = commit(t);
-    run_type = run_owner.get();
-  }
+  const MpiType run = contiguous_type(layout.run, what);
   MPI_Datatype vector;
   check_mpi(MPI_Type_create_hvector(checked_count(layout.outer, what), 1, static_cast<MPI_Aint>(layout.n * layout.run),
-                                    run_type, &vector),
+                                    run.get(), &vector),
             "MPI_Type_create_hvector");
   MpiType vector_owner(vector, true);
   MPI_Datatype resized;

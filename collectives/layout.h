@@ -62,6 +62,10 @@ struct Message {
   int count = 0;
 };
 Message contiguous_message(std::int64_t bytes, std::string_view what);
+// `bytes` contiguous bytes as ONE datatype (a count of 1): MPI_BYTE for a single byte, else a
+// committed contiguous type built on contiguous_message. The unit of counts that are not bytes
+// (elements, rows of a block).
+MpiType contiguous_type(std::int64_t bytes, std::string_view what);
 
 // One block of `layout` as a single MPI datatype whose extent is one run, so that block k of a
 // [outer][n][run] buffer starts at k runs: the receive (or send) type of a strided collective.

@@ -50,10 +50,8 @@ std::vector<std::int64_t> minus(const std::vector<std::int64_t>& a, const std::v
 RedistributeBoxes redistribute_boxes(const MeshShape& mesh, const Spec& from, const Spec& to, const Shape& global,
                                const std::vector<int>& coords) {
   const Axes axes = redistribute_axes(mesh, from, to);
-  std::vector<int> axis_index;
   std::vector<int> from_replicated;  // mesh indices of redistribute axes that `from` does not split
   for (const auto& a : axes) {
-    axis_index.push_back(mesh.axis_index(a));
     if (from.dim_of(a) < 0) from_replicated.push_back(mesh.axis_index(a));
   }
   const int group = mesh.axes_size(axes);
@@ -62,15 +60,10 @@ RedistributeBoxes redistribute_boxes(const MeshShape& mesh, const Spec& from, co
   const auto my_from = block_offsets(from, mesh, global, coords);
   const auto my_to = block_offsets(to, mesh, global, coords);
   RedistributeBoxes out;
-  std::vector<int> peer = coords;
   std::vector<std::int64_t> lo;
   Shape extent;
   for (int p = 0; p < group; ++p) {
-    for (int i = static_cast<int>(axes.size()) - 1, rest = p; i >= 0; --i) {
-      const int size = mesh.sizes()[axis_index[i]];
-      peer[axis_index[i]] = rest % size;
-      rest /= size;
-    }
+    const std::vector<int> peer = mesh.group_member(coords, axes, p);
     // The holder of a box agrees with its receiver on the axes `from` replicates; the
     // condition is symmetric, so it decides both directions.
     bool holder = true;
@@ -96,15 +89,11 @@ std::vector<std::vector<std::int64_t>> redistribute_matrix(const MeshShape& mesh
   for (const auto& a : axes) {
     if (from.dim_of(a) < 0) from_replicated.push_back(mesh.axis_index(a));
   }
-  std::vector<std::vector<int>> coords(group, std::vector<int>(mesh.ndim(), 0));
+  std::vector<std::vector<int>> coords(group);
   std::vector<std::vector<std::int64_t>> from_at(group), to_at(group);
   std::vector<Shape> from_shape(group), to_shape(group);
   for (int p = 0; p < group; ++p) {
-    for (int i = static_cast<int>(axes.size()) - 1, rest = p; i >= 0; --i) {
-      const int a = mesh.axis_index(axes[i]);
-      coords[p][a] = rest % mesh.sizes()[a];
-      rest /= mesh.sizes()[a];
-    }
+    coords[p] = mesh.group_member(std::vector<int>(mesh.ndim(), 0), axes, p);
     from_at[p] = block_offsets(from, mesh, global, coords[p]);
     to_at[p] = block_offsets(to, mesh, global, coords[p]);
     from_shape[p] = local_shape(from, mesh, global, coords[p]);
@@ -191,18 +180,9 @@ Tensor redistribute(const Mesh& mesh, const Spec& from, const Spec& to, const Sh
       std::memcpy(static_cast<std::byte*>(send_buffer.raw()) + send_displs[box.peer] * elem, data.raw(), data.nbytes());
     }
   }
-  const Message element = contiguous_message(elem, "reshard (redistribute)");
-  MPI_Datatype element_type = element.type.get();
-  MpiType element_owner;
-  if (element.count != 1) {
-    MPI_Datatype t;
-    check_mpi(MPI_Type_contiguous(element.count, element.type.get(), &t), "MPI_Type_contiguous");
-    check_mpi(MPI_Type_commit(&t), "MPI_Type_commit");
-    element_owner = MpiType(t, true);
-    element_type = t;
-  }
-  check_mpi(MPI_Alltoallv(send_buffer.raw(), send_counts.data(), send_displs.data(), element_type, recv_buffer.raw(),
-                          recv_counts.data(), recv_displs.data(), element_type, comm.handle()),
+  const MpiType element = contiguous_type(elem, "reshard (redistribute)");
+  check_mpi(MPI_Alltoallv(send_buffer.raw(), send_counts.data(), send_displs.data(), element.get(), recv_buffer.raw(),
+                          recv_counts.data(), recv_displs.data(), element.get(), comm.handle()),
             "MPI_Alltoallv (reshard redistribute)");
   for (const auto& box : boxes.receives) {
     if (box.peer == me) continue;

@@ -73,29 +73,6 @@ bool all_equal(const std::vector<std::int64_t>& extents) {
 
 namespace {
 
-// A contiguous MPI type of `bytes` bytes (one row, one element), committed when derived.
-class UnitType {
- public:
-  UnitType(std::int64_t bytes, std::string_view what) {
-    Message m = contiguous_message(bytes, what);
-    if (m.count == 1) {
-      owner_ = std::move(m.type);
-      type_ = owner_.get();
-    } else {
-      MPI_Datatype t;
-      check_mpi(MPI_Type_contiguous(m.count, m.type.get(), &t), "MPI_Type_contiguous");
-      check_mpi(MPI_Type_commit(&t), "MPI_Type_commit");
-      owner_ = MpiType(t, true);
-      type_ = t;
-    }
-  }
-  MPI_Datatype get() const { return type_; }
-
- private:
-  MpiType owner_;
-  MPI_Datatype type_ = MPI_BYTE;
-};
-
 // Counts and displacements of `units` per block, as MPI ints.
 void counts_and_displs(const std::vector<std::int64_t>& units, std::vector<int>* counts, std::vector<int>* displs,
                        std::string_view what) {
@@ -154,7 +131,7 @@ Tensor all_gather(const Mesh& mesh, const Tensor& local, const Axes& axes, int d
   for (int k = 0; k < n; ++k) rows[k] = layout.outer * extents[k];
   std::vector<int> counts, displs;
   detail::counts_and_displs(rows, &counts, &displs, "all_gather");
-  const detail::UnitType row(layout.row, "all_gather");
+  const detail::MpiType row = detail::contiguous_type(layout.row, "all_gather");
   Tensor packed;
   void* recv = out.raw();
   if (!layout.consecutive()) {
@@ -246,7 +223,7 @@ Tensor all_to_all(const Mesh& mesh, const Tensor& local, const Axes& axes, int s
   Tensor send = detail::scratch_buffer(bytes);
   if (bytes > 0) detail::pack_var(local.raw(), send.raw(), send_layout);
   Tensor recv = detail::scratch_buffer(static_cast<std::int64_t>(out.nbytes()));
-  const detail::UnitType element(elem, "all_to_all");
+  const detail::MpiType element = detail::contiguous_type(elem, "all_to_all");
   check_mpi(MPI_Alltoallv(send.raw(), send_counts.data(), send_displs.data(), element.get(), recv.raw(),
                           recv_counts.data(), recv_displs.data(), element.get(), comm.handle()),
             "MPI_Alltoallv (all_to_all)");

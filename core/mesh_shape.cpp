@@ -82,6 +82,16 @@ std::vector<int> MeshShape::coords_of(int rank) const {
   return coords;
 }
 
+std::vector<int> MeshShape::group_member(std::vector<int> coords, const std::vector<std::string>& axes,
+                                        int position) const {
+  for (int i = static_cast<int>(axes.size()) - 1; i >= 0; --i) {
+    const int a = axis_index(axes[i]);
+    coords[a] = position % sizes_[a];
+    position /= sizes_[a];
+  }
+  return coords;
+}
+
 int MeshShape::rank_of(const std::vector<int>& coords) const {
   int rank = 0;
   for (int i = 0; i < ndim(); ++i) rank = rank * sizes_[i] + coords[i];

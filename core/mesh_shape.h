@@ -29,6 +29,10 @@ class MeshShape {
   // Row-major coordinates of a rank and back.
   std::vector<int> coords_of(int rank) const;
   int rank_of(const std::vector<int>& coords) const;
+  // The rank at `position` of a communicator over `axes` that holds the rank at `coords`: its
+  // coordinates, those on `axes` set to the mixed-radix digits of `position` (first axis most
+  // significant), the others as in `coords`.
+  std::vector<int> group_member(std::vector<int> coords, const std::vector<std::string>& axes, int position) const;
 
   // "data: 2, model: 4"
   std::string to_string() const;

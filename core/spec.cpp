@@ -278,14 +278,9 @@ std::vector<std::int64_t> group_block_extents(const Spec& spec, const MeshShape&
                                               const Axes& axes, const std::vector<int>& coords) {
   const int n = mesh.axes_size(axes);
   std::vector<std::int64_t> out(static_cast<std::size_t>(n));
-  std::vector<int> member = coords;
   const std::int64_t count = shard_count(spec, mesh, d);
   for (int k = 0; k < n; ++k) {
-    for (int i = static_cast<int>(axes.size()) - 1, rest = k; i >= 0; --i) {
-      const int a = mesh.axis_index(axes[i]);
-      member[a] = rest % mesh.sizes()[a];
-      rest /= mesh.sizes()[a];
-    }
+    const std::vector<int> member = mesh.group_member(coords, axes, k);
     out[static_cast<std::size_t>(k)] = block_extent(global[d], count, block_index(spec, mesh, d, member));
   }
   return out;

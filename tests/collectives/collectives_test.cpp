@@ -42,13 +42,7 @@ std::vector<Axes> ordered_subsets(const MeshShape& shape) {
 
 // The mesh rank at position q of axes_comm(axes) as seen from this rank.
 int member_rank(const Mesh& mesh, const Axes& axes, int q) {
-  std::vector<int> coords = mesh.coords();
-  for (int i = static_cast<int>(axes.size()) - 1; i >= 0; --i) {
-    const int a = mesh.shape().axis_index(axes[i]);
-    coords[a] = q % mesh.shape().sizes()[a];
-    q /= mesh.shape().sizes()[a];
-  }
-  return mesh.shape().rank_of(coords);
+  return mesh.shape().rank_of(mesh.shape().group_member(mesh.coords(), axes, q));
 }
 
 // The block that mesh rank r holds: integer-valued, different on every rank and element, so

@@ -181,6 +181,10 @@ TEST(MeshShape, ParseAndCoordinates) {
   EXPECT_EQ(m.to_string(), "data: 2, model: 4");
   EXPECT_EQ(m.coords_of(6), (std::vector<int>{1, 2}));
   EXPECT_EQ(m.rank_of({1, 2}), 6);
+  // Position 5 of a communicator over (model, data) through (1, 2): model 2, data 1.
+  EXPECT_EQ(m.group_member({1, 2}, {"model", "data"}, 5), (std::vector<int>{1, 2}));
+  EXPECT_EQ(m.group_member({1, 2}, {"model"}, 3), (std::vector<int>{1, 3}));
+  EXPECT_EQ(m.group_member({1, 2}, {"data", "model"}, 3), (std::vector<int>{0, 3}));
   try {
     MeshShape::parse("data=2,model=x");
     FAIL();
