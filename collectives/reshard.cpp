@@ -46,11 +46,11 @@ Tensor run_steps(const Mesh& mesh, const Shape& global, Spec cur, const std::vec
   auto current = [&]() -> const Tensor& { return owned ? local : *borrowed; };
   for (const auto& step : steps) {
     const Tensor& x = current();
+    const Shape block = local_shape(step.after, mesh.shape(), global, mesh.coords());  // this rank's, after the step
     Tensor next;
     switch (step.op) {
       case CommOp::slice:
-        next = extract_block(x, offsets_within(mesh, global, step.after, cur),
-                             local_shape(step.after, mesh.shape(), global, mesh.coords()));
+        next = extract_block(x, offsets_within(mesh, global, step.after, cur), block);
         break;
       case CommOp::all_gather:
         next = all_gather(mesh, x, step.axes, step.dim,
@@ -80,7 +80,7 @@ Tensor run_steps(const Mesh& mesh, const Shape& global, Spec cur, const std::vec
         }
         break;
       case CommOp::pad:
-        next = Tensor(local_shape(step.after, mesh.shape(), global, mesh.coords()), x.dtype());
+        next = Tensor(block, x.dtype());
         insert_block(next, x, offsets_within(mesh, global, cur, step.after));
         break;
       case CommOp::permute:
@@ -92,9 +92,9 @@ Tensor run_steps(const Mesh& mesh, const Shape& global, Spec cur, const std::vec
       case CommOp::broadcast:
         throw Error("reshard: a plan has no broadcast step");
     }
-    if (next.shape() != local_shape(step.after, mesh.shape(), global, mesh.coords())) {
+    if (next.shape() != block) {
       throw Error("reshard: step '" + step.to_string() + "' gave a block of shape " + shape_to_string(next.shape()) +
-                  ", expected " + shape_to_string(local_shape(step.after, mesh.shape(), global, mesh.coords())));
+                  ", expected " + shape_to_string(block));
     }
     local = std::move(next);
     owned = true;

@@ -130,26 +130,22 @@ std::string ShardedTensor::picture() const {
   const int rows = ndim() == 2 ? shard_count(spec_, shape, 0) : 1;
   const int cols = ndim() == 0 ? 1 : shard_count(spec_, shape, ndim() - 1);
   std::vector<std::vector<std::string>> cells(rows, std::vector<std::string>(cols));
+  // Uneven blocks: each cell also names its block's shape ("0,4 16x3").
+  const bool uneven = !splits_evenly(spec_, shape, global_shape_);
+  std::vector<std::vector<std::string>> sizes(rows, std::vector<std::string>(cols));
   for (int r = 0; r < shape.size(); ++r) {
     auto coords = shape.coords_of(r);
     int row = ndim() == 2 ? block_index(spec_, shape, 0, coords) : 0;
     int col = ndim() == 0 ? 0 : block_index(spec_, shape, ndim() - 1, coords);
     auto& cell = cells[row][col];
     cell += (cell.empty() ? "" : ",") + std::to_string(r);
-  }
-  if (!splits_evenly(spec_, shape, global_shape_)) {
-    // Uneven blocks: each cell names its block's shape too.
-    for (int r = 0; r < shape.size(); ++r) {
-      auto coords = shape.coords_of(r);
-      int row = ndim() == 2 ? block_index(spec_, shape, 0, coords) : 0;
-      int col = ndim() == 0 ? 0 : block_index(spec_, shape, ndim() - 1, coords);
-      auto& cell = cells[row][col];
-      if (cell.find(' ') != std::string::npos) continue;
+    if (uneven && sizes[row][col].empty()) {
       const Shape block = local_shape(spec_, shape, global_shape_, coords);
-      std::string size;
-      for (std::size_t d = 0; d < block.size(); ++d) size += (d ? "x" : "") + std::to_string(block[d]);
-      cell += " " + size;
+      for (std::size_t d = 0; d < block.size(); ++d) sizes[row][col] += (d ? "x" : " ") + std::to_string(block[d]);
     }
+  }
+  for (int row = 0; row < rows; ++row) {
+    for (int col = 0; col < cols; ++col) cells[row][col] += sizes[row][col];
   }
   std::size_t width = 5;
   for (const auto& row : cells) {
