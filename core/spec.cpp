@@ -194,10 +194,9 @@ void validate_spec(const Spec& spec, const MeshShape& mesh, const Shape& shape, 
   }
 }
 
-void require_even_split(const Spec& spec, const MeshShape& mesh, const Shape& shape, std::string_view name,
-                        const std::vector<bool>& skip) {
+void require_even_split(const Spec& spec, const MeshShape& mesh, const Shape& shape, std::string_view name) {
   for (int d = 0; d < spec.ndim() && d < static_cast<int>(shape.size()); ++d) {
-    if (spec.dims[d].empty() || (d < static_cast<int>(skip.size()) && skip[d])) continue;
+    if (spec.dims[d].empty()) continue;
     const int count = mesh.axes_size(spec.dims[d]);
     if (shape[d] % count != 0) {
       throw SpecError("dimension " + std::to_string(d) + (name.empty() ? "" : " of '" + std::string(name) + "'") +

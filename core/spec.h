@@ -58,9 +58,8 @@ void validate_spec(const Spec& spec, const MeshShape& mesh, const Shape& shape, 
 
 // For code whose blocks must all have one shape (shard_map's bodies, the transformer's heads and
 // sequence): SpecError "dimension d of 'name' (size n) does not divide over axes (...) of size k"
-// for the first split dimension the axes do not divide, skipping dimensions whose `skip` is set.
-void require_even_split(const Spec& spec, const MeshShape& mesh, const Shape& shape, std::string_view name,
-                        const std::vector<bool>& skip = {});
+// for the first split dimension the axes do not divide.
+void require_even_split(const Spec& spec, const MeshShape& mesh, const Shape& shape, std::string_view name);
 
 // The block rule (JAX's and torch.chunk's): a dimension of size n split s ways gives block i the
 // range [i*c, min(n, (i+1)*c)) with c = ceil(n/s). Trailing blocks may be short or empty; block 0

@@ -33,6 +33,14 @@ bool has_axis(const MeshShape& mesh, const std::string& axis) {
   return std::find(names.begin(), names.end(), axis) != names.end();
 }
 
+// A weight's dimensions as declared: its shape string's, less the leading `layers` unless the
+// blocks are stacked (scan).
+std::vector<DimSpec> declared_dims(const WeightDecl& weight, bool scan) {
+  std::vector<DimSpec> dims = parse_shape_string(weight.shape).dims;
+  if (!scan && !dims.empty() && dims[0].name == "layers") dims.erase(dims.begin());
+  return dims;
+}
+
 // `spec` without the axes `keep` refuses.
 template <class Keep>
 Spec filter_axes(const Spec& spec, Keep keep) {
@@ -82,19 +90,14 @@ Shape Transformer::weight_shape(const WeightDecl& weight) const {
   const std::map<std::string, std::int64_t> sizes = {
       {"vocab", config.vocab}, {"d_model", config.d_model}, {"heads", config.heads},
       {"d_head", config.d_head()}, {"d_ff", config.d_ff}, {"layers", config.layers}};
-  const ShapeString s = parse_shape_string(weight.shape);
   Shape shape;
-  for (const auto& dim : s.dims) {
-    if (dim.name == "layers" && !config.scan) continue;
-    shape.push_back(dim.size ? *dim.size : sizes.at(dim.name));
-  }
+  for (const auto& dim : declared_dims(weight, config.scan)) shape.push_back(dim.size ? *dim.size : sizes.at(dim.name));
   return shape;
 }
 
 Spec Transformer::weight_spec(const WeightDecl& weight, const MeshShape& mesh) const {
-  const ShapeString s = parse_shape_string(weight.shape);
-  Spec spec = s.spec();
-  if (!config.scan && !s.dims.empty() && s.dims[0].name == "layers") spec.dims.erase(spec.dims.begin());
+  Spec spec;
+  for (const auto& dim : declared_dims(weight, config.scan)) spec.dims.push_back(dim.axes);
   return filter_axes(spec, [&](const std::string& axis) {
     return has_axis(mesh, axis) && (config.fsdp || axis != kDataAxis);
   });
@@ -135,12 +138,12 @@ void Transformer::validate(const MeshShape& mesh, const Shape& tokens) const {
     const Spec spec = weight_spec(weight, mesh);
     const Shape shape = weight_shape(weight);
     validate_spec(spec, mesh, shape, weight.name);
-    std::vector<bool> vocab;
-    for (const auto& dim : parse_shape_string(weight.shape).dims) {
-      if (dim.name == "layers" && !c.scan) continue;
-      vocab.push_back(dim.name == "vocab");
+    Spec even = spec;  // every dimension but the vocabulary
+    const std::vector<DimSpec> dims = declared_dims(weight, c.scan);
+    for (std::size_t d = 0; d < dims.size(); ++d) {
+      if (dims[d].name == "vocab") even.dims[d].clear();
     }
-    require_even_split(spec, mesh, shape, weight.name, vocab);
+    require_even_split(even, mesh, shape, weight.name);
   }
 }
 
