@@ -12,6 +12,7 @@
 // memory, as in the step). One JSON object per line on stdout (rank 0).
 //   scripts/mpirun/local.sh 8 build/apps/bench_train --layers 8 --depth 4096
 #include <mpi.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -21,7 +22,9 @@
 #include <vector>
 
 #include "apps/cli_main.h"
+#include "apps/run_support.h"
 #include "apps/synthetic_data.h"
+#include "collectives/comm_stats.h"
 #include "core/error.h"
 #include "core/kernels.h"
 #include "mesh/environment.h"
@@ -57,6 +60,32 @@ double median(std::vector<double> v) {
 std::string default_mesh(int ranks) {
   const int model = ranks % 4 == 0 ? 4 : ranks % 2 == 0 ? 2 : 1;
   return "data=" + std::to_string(ranks / model) + ",model=" + std::to_string(model);
+}
+
+// The MLP's mesh and weight specs of a parallelism strategy on `ranks` ranks (--strategy):
+//   dp    data=<ranks>: weights replicated, gradients all-reduced over data
+//   tp    model=<ranks>: the tutorial's Megatron specs, W1 P(None, model), W2 P(model, None)
+//   fsdp  data=<ranks>: W1 P(data, model), W2 P(model, data): each weight split over data,
+//         gathered where a matmul uses it, its gradient reduce-scattered
+//   2d    data=2,model=<ranks>/2 (the tutorial's 2x4 on 8 ranks), the tutorial's specs
+struct Strategy {
+  std::string mesh;
+  Spec w1 = parse_spec("P(None, model)");
+  Spec w2 = parse_spec("P(model, None)");
+};
+
+Strategy strategy_for(const std::string& name, int ranks) {
+  const std::string n = std::to_string(ranks);
+  if (name == "dp") return {"data=" + n + ",model=1"};
+  if (name == "tp") return {"data=1,model=" + n};
+  if (name == "fsdp") return {"data=" + n + ",model=1", parse_spec("P(data, model)"), parse_spec("P(model, data)")};
+  if (name == "2d") {
+    if (ranks < 4 || ranks % 2 != 0) {
+      throw UsageError("--strategy 2d needs an even rank count of 4 or more (data=2,model=<ranks>/2), got " + n);
+    }
+    return {"data=2,model=" + std::to_string(ranks / 2)};
+  }
+  throw UsageError("--strategy must be dp, tp, fsdp or 2d, got '" + name + "'");
 }
 
 // Runs `work` the same number of times on every rank at once, for about `seconds` in all, and
@@ -130,6 +159,7 @@ double measure_adam_stream_bandwidth(std::int64_t elements, double seconds) {
 struct Options {
   std::string model = "mlp";
   std::string mesh;
+  std::string strategy;
   std::int64_t batch = 8;
   int layers = 4;
   std::int64_t depth = 1024;
@@ -146,22 +176,27 @@ struct Options {
 struct Measured {
   MeshShape mesh;
   std::vector<double> ms;      // the timed steps, the slowest rank of each
+  double comm_bytes = 0;       // bytes one rank sends in one step (CommStats), the most of any rank
   double flops_per_rank = 0;   // matrix FLOPs of one step on one rank
   double local_params = 0;     // fp32 parameters one rank updates
   std::int64_t m = 0, n = 0, k = 0;  // the GEMM whose rate the floor uses
 };
 
-// Times o.steps train steps (after o.warmup) of `loss_fn` on `batch`.
+// Times o.steps train steps (after o.warmup) of `loss_fn` on `batch`; `comm_bytes` receives the
+// bytes the busiest rank's collectives send in one step (the same in every step).
 std::vector<double> time_steps(const Options& o, nn::TrainState& state, const nn::Optimizer& optimizer,
-                               const nn::LossFn& loss_fn, const nn::Batch& batch, const nn::StepOptions& options) {
+                               const nn::LossFn& loss_fn, const nn::Batch& batch, const nn::StepOptions& options,
+                               double& comm_bytes) {
   std::vector<double> ms;
   for (int i = 0; i < o.warmup + o.steps; ++i) {
     MPI_Barrier(MPI_COMM_WORLD);
+    const CommScope scope;
     const auto start = clock_type::now();
     nn::train_step(state, optimizer, loss_fn, batch, options);
     // A step ends when its slowest rank ends.
     const double t = allreduce(seconds_since(start) * 1e3, MPI_MAX);
     if (i >= o.warmup) ms.push_back(t);
+    comm_bytes = allreduce(static_cast<double>(scope.total_bytes()), MPI_MAX);
   }
   return ms;
 }
@@ -172,13 +207,30 @@ double local_param_count(const nn::ParamInfos& infos, const MeshShape& mesh) {
   return total;
 }
 
+// Bytes a rank's train state holds per fp32 parameter at its peak: the parameter, Adam's two
+// moments and the gradient (16), and part of a gradient-sized buffer more while a reduction or
+// the optimizer writes its result. Measured (peak_rss_mb over params_per_rank, B8 L8 D4096): 17.9
+// on one rank, 20.0 for tp on 2, 22.5 for fsdp on 2 (its weight gradients exist whole before
+// their reduce-scatter).
+constexpr double kPeakBytesPerParam = 20.0;
+
+// Refuses, on every rank, before any state is allocated, a configuration whose train state
+// exceeds this rank's share of the node's memory (a data-parallel copy of a large model on
+// each of many ranks): "needs N GiB per rank, this machine has M GiB".
+void check_fits(double local_params) { apps::check_memory(kPeakBytesPerParam * local_params); }
+
 Measured run_mlp(const Options& o, int world_size) {
-  const MeshShape mesh_shape = MeshShape::parse(o.mesh.empty() ? default_mesh(world_size) : o.mesh);
+  Strategy strategy = o.strategy.empty() ? Strategy{} : strategy_for(o.strategy, world_size);
+  if (o.strategy.empty()) strategy.mesh = o.mesh.empty() ? default_mesh(world_size) : o.mesh;
+  const MeshShape mesh_shape = MeshShape::parse(strategy.mesh);
   const Rules rules = models::tutorial_rules();
-  Mesh mesh = Mesh::world(mesh_shape);
-  const models::MLP model{o.layers, o.depth, o.scan, false};
+  models::MLP model{o.layers, o.depth, o.scan, false};
+  model.w1_spec = strategy.w1;
+  model.w2_spec = strategy.w2;
   const nn::ParamInfos infos = nn::abstract_init(model, mesh_shape, rules, {o.batch, o.depth});
   for (const auto& info : infos) validate_spec(info.spec, mesh_shape, info.shape, info.path);
+  check_fits(local_param_count(infos, mesh_shape));
+  Mesh mesh = Mesh::world(mesh_shape);
   const apps::SyntheticData data({o.batch, o.depth, apps::LossKind::sum, apps::InputKind::ones, o.seed, false}, mesh,
                                  rules);
   const nn::Optimizer optimizer = nn::adam(1e-3);
@@ -190,7 +242,8 @@ Measured run_mlp(const Options& o, int world_size) {
   nn::StepOptions step_options;
   step_options.reduction = nn::StepOptions::Reduction::sum;
   const nn::Batch batch = data.batch(0);
-  const std::vector<double> ms = time_steps(o, state, optimizer, loss_fn, batch, step_options);
+  double comm_bytes = 0;
+  const std::vector<double> ms = time_steps(o, state, optimizer, loss_fn, batch, step_options, comm_bytes);
 
   // What each rank must compute and move. Each layer has 2 matmuls of 2*B*d*d FLOPs forward and
   // 4 backward (a weight and an input gradient each), less the input gradient of layer 0, which
@@ -201,7 +254,7 @@ Measured run_mlp(const Options& o, int world_size) {
   const double flops_total = matmuls * 2.0 * o.batch * o.depth * o.depth;
   const double flops_per_rank = flops_total / static_cast<double>(data_size * model_size);
   // The GEMM of the step's forward matmul on one rank: [B/data, d] x [d, d/model].
-  return {mesh_shape, ms, flops_per_rank, local_param_count(infos, mesh_shape), o.batch / data_size,
+  return {mesh_shape, ms, comm_bytes, flops_per_rank, local_param_count(infos, mesh_shape), o.batch / data_size,
           o.depth / model_size, o.depth};
 }
 
@@ -219,8 +272,9 @@ Measured run_lm(const Options& o, int world_size) {
   const models::Transformer model{config};
   const Shape tokens_shape = {o.batch, o.seq_len};
   model.validate(mesh_shape, tokens_shape);
-  Mesh mesh = Mesh::world(mesh_shape);
   const nn::ParamInfos infos = nn::abstract_init(model, mesh_shape, {}, tokens_shape);
+  check_fits(local_param_count(infos, mesh_shape));
+  Mesh mesh = Mesh::world(mesh_shape);
   const nn::Optimizer optimizer = nn::adam(1e-3);
   nn::TrainState state = nn::create_train_state(nn::init_params(infos, mesh, o.seed), optimizer);
   // Bytes drawn from the RNG (the step's time does not depend on the text).
@@ -244,7 +298,8 @@ Measured run_lm(const Options& o, int world_size) {
   const nn::LossFn loss_fn = [&](const nn::VarTree& params, const nn::Batch& b) {
     return model.loss(nn::ParamView(params), b.x, *b.y);
   };
-  const std::vector<double> ms = time_steps(o, state, optimizer, loss_fn, batch, nn::StepOptions{});
+  double comm_bytes = 0;
+  const std::vector<double> ms = time_steps(o, state, optimizer, loss_fn, batch, nn::StepOptions{}, comm_bytes);
 
   const double d = static_cast<double>(o.d_model), ff = static_cast<double>(o.d_ff), s = static_cast<double>(o.seq_len);
   const double tokens = static_cast<double>(o.batch) * s;
@@ -255,7 +310,7 @@ Measured run_lm(const Options& o, int world_size) {
   const auto size_of = [&](const char* axis) { return mesh_shape.has_axis(axis) ? mesh_shape.axis_size(axis) : 1; };
   const std::int64_t token_shards = size_of(models::kDataAxis) * size_of(models::kSeqAxis);
   const std::int64_t model_size = size_of(models::kModelAxis);
-  return {mesh_shape, ms, flops_per_rank, local_param_count(infos, mesh_shape), o.batch * o.seq_len / token_shards,
+  return {mesh_shape, ms, comm_bytes, flops_per_rank, local_param_count(infos, mesh_shape), o.batch * o.seq_len / token_shards,
           o.d_ff / model_size, o.d_model};
 }
 
@@ -276,6 +331,8 @@ int run(const Options& o, int world_rank, int world_size) {
   if (o.seq_len < 1 || o.d_model < 1 || o.heads < 1 || o.d_ff < 1) {
     throw UsageError("--seq-len, --d-model, --heads and --d-ff must be >= 1");
   }
+  if (!o.strategy.empty() && o.model != "mlp") throw UsageError("--strategy applies to --model mlp only");
+  if (!o.strategy.empty() && !o.mesh.empty()) throw UsageError("--strategy and --mesh exclude each other");
   const Measured w = o.model == "mlp" ? run_mlp(o, world_size) : run_lm(o, world_size);
   const MeshShape& mesh_shape = w.mesh;
   const std::vector<double>& ms = w.ms;
@@ -287,6 +344,9 @@ int run(const Options& o, int world_rank, int world_size) {
   const double stream_bw = measure_adam_stream_bandwidth(static_cast<std::int64_t>(w.local_params), o.measure_seconds);
   const double floor_ms = 1e3 * (flops_per_rank / gemm_rate + bytes_per_rank / std::max(copy_bw, stream_bw));
   const double med = median(ms);
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const double peak_rss = allreduce(static_cast<double>(usage.ru_maxrss) * 1024.0, MPI_MAX);  // ru_maxrss: KiB
 
   if (root) {
     std::printf("{\"bench\":\"gemm\",\"ranks\":%d,\"m\":%lld,\"n\":%lld,\"k\":%lld,\"gflops_per_rank\":%.3f}\n",
@@ -308,11 +368,13 @@ int run(const Options& o, int world_rank, int world_size) {
     std::printf(
         "{\"bench\":\"train_step\",\"model\":\"%s\",\"mesh\":\"%s\",\"ranks\":%d,\"batch\":%lld,\"layers\":%d,%s,"
         "\"scan\":%s,\"steps\":%d,\"ms_median\":%.3f,\"ms_min\":%.3f,\"ms_max\":%.3f,\"floor_ms\":%.3f,"
-        "\"ratio\":%.3f,\"gflop_per_rank\":%.4f,\"mb_per_rank\":%.3f}\n",
+        "\"ratio\":%.3f,\"gflop_per_rank\":%.4f,\"mb_per_rank\":%.3f,\"strategy\":\"%s\","
+        "\"params_per_rank\":%.0f,\"comm_mb_per_rank\":%.3f,\"peak_rss_mb\":%.1f}\n",
         o.model.c_str(), mesh_shape.to_string().c_str(), world_size, static_cast<long long>(o.batch), o.layers,
         sizes, o.scan ? "true" : "false", o.steps, med,
         *std::min_element(ms.begin(), ms.end()), *std::max_element(ms.begin(), ms.end()), floor_ms, med / floor_ms,
-        flops_per_rank / 1e9, bytes_per_rank / 1e6);
+        flops_per_rank / 1e9, bytes_per_rank / 1e6, o.strategy.empty() ? "mesh" : o.strategy.c_str(), w.local_params,
+        w.comm_bytes / 1e6, peak_rss / 1e6);
     std::fflush(stdout);
   }
   return 0;
@@ -330,6 +392,9 @@ int main(int argc, char** argv) {
   app.add_option("--mesh", o.mesh,
                  "mesh axes name=size,... (default: mlp data=..,model= 4, 2 or 1 by rank count; lm "
                  "data=2,seq=2,model=2 on 8 ranks, else data=<ranks>)");
+  app.add_option("--strategy", o.strategy,
+                 "mlp: dp (data=<ranks>), tp (model=<ranks>), fsdp (data=<ranks>, weights split over data) or 2d "
+                 "(data=2,model=<ranks>/2) (default: none, the mesh of --mesh)");
   app.add_option("--batch", o.batch, "global batch size (lm: sequences)")->capture_default_str();
   app.add_option("--layers", o.layers, "number of layers (DotReluDot layers or transformer blocks)")
       ->capture_default_str();

@@ -11,9 +11,9 @@
 // divide, a bad permutation) are ShapeError / SpecError raised before any communication.
 //
 // Uneven blocks (core/spec.h's block rule, or any extents): the overloads taking block extents
-// move blocks of different sizes along the dimension (MPI_Allgatherv, MPI_Reduce_scatter,
-// MPI_Alltoallv over block-major packed buffers). reduce_scatter and all_to_all without extents
-// split a dimension that n does not divide by the block rule. Records count the real bytes:
+// move blocks of different sizes along the dimension (MPI_Allgatherv, MPI_Alltoallv over
+// block-major packed buffers). reduce_scatter and all_to_all without extents split a dimension
+// that n does not divide by the block rule. Records count the real bytes:
 // an all_gather sends (n - 1) times this rank's block, a reduce_scatter or all_to_all its input
 // less the piece it keeps.
 #pragma once
@@ -39,7 +39,9 @@ Tensor all_gather(const Mesh& mesh, const Tensor& local, const Axes& axes, int d
                   const std::vector<std::int64_t>& extents);
 
 // Sums the blocks of all ranks, then keeps block axes_rank(axes) of n along `dim`, by the block
-// rule of core/spec.h (blocks of ceil(size / n), the trailing ones short or empty).
+// rule of core/spec.h (blocks of ceil(size / n), the trailing ones short or empty). Each element
+// is the sum in rank order of the ranks' values (an all-to-all to the block's owner, which adds:
+// ordered_reduce.h), for every dtype and every MPI.
 Tensor reduce_scatter(const Mesh& mesh, const Tensor& local, const Axes& axes, int dim);
 // Rank k keeps the k-th piece of the given extents (they add up to local.shape[dim]).
 Tensor reduce_scatter(const Mesh& mesh, const Tensor& local, const Axes& axes, int dim,

@@ -1,11 +1,11 @@
-// The collectives on uneven blocks (variable counts): MPI_Allgatherv, MPI_Reduce_scatter and
-// MPI_Alltoallv over blocks packed block-major. Blocks of equal extent take the equal-block
+// The collectives on uneven blocks (variable counts): MPI_Allgatherv, an MPI_Alltoallv summed in
+// rank order (ordered_reduce.h) and MPI_Alltoallv over blocks packed block-major. Blocks of equal extent take the equal-block
 // collectives of all_gather.cpp, reduce_scatter.cpp and all_to_all.cpp instead.
 #include <algorithm>
 #include <cstring>
 #include <string>
 
-#include "collectives/bf16_reduce.h"
+#include "collectives/ordered_reduce.h"
 #include "collectives/collectives.h"
 #include "collectives/comm_stats.h"
 #include "collectives/layout.h"
@@ -170,17 +170,12 @@ Tensor reduce_scatter(const Mesh& mesh, const Tensor& local, const Axes& axes, i
     detail::pack_var(local.raw(), packed.raw(), layout);
     send = packed.raw();
   }
-  // Element counts: MPI's predefined reductions need predefined element types.
+  // Element counts (the sum runs over elements).
   const std::int64_t elements_per_row = layout.row / static_cast<std::int64_t>(dtype_size(local.dtype()));
   std::vector<int> counts(n);
   for (int k = 0; k < n; ++k) counts[k] = detail::checked_count(layout.outer * extents[k] * elements_per_row, "reduce_scatter");
   detail::checked_count(local.numel(), "reduce_scatter");
-  if (local.dtype() == DType::bf16) {
-    detail::reduce_scatter_bf16_v(static_cast<const bfloat16*>(send), out.data<bfloat16>(), counts, comm);
-    return out;
-  }
-  check_mpi(MPI_Reduce_scatter(send, out.raw(), counts.data(), mpi_datatype(local.dtype()), MPI_SUM, comm.handle()),
-            "MPI_Reduce_scatter (reduce_scatter)");
+  detail::reduce_scatter_ordered_v(send, out.raw(), counts, local.dtype(), comm);
   return out;
 }
 

@@ -28,7 +28,7 @@ MPI_Datatype mpi_datatype(DType dtype) {
     case DType::i32:
       return MPI_INT32_T;
     case DType::bf16:
-      return MPI_UINT16_T;  // moved as bits; reductions of bf16 never use MPI's ops (collectives/bf16_reduce.h)
+      return MPI_UINT16_T;  // moved as bits; reductions of bf16 never use MPI's ops (collectives/ordered_reduce.h)
   }
   return MPI_DATATYPE_NULL;
 }

@@ -1,0 +1,134 @@
+// Reductions as an all-to-all, sums in rank order and (all-reduce) an all-gather (see
+// ordered_reduce.h).
+#include "collectives/ordered_reduce.h"
+
+#include <algorithm>
+#include <climits>
+#include <vector>
+
+#include "collectives/layout.h"
+#include "mesh/mpi_check.h"
+
+namespace tessera::detail {
+
+namespace {
+
+// out[i] = combine over k < n of in[k * count + i], in k order.
+template <class T>
+void combine_typed(const T* in, T* out, std::int64_t count, int n, ReduceOp op) {
+  std::copy(in, in + count, out);
+  for (int k = 1; k < n; ++k) {
+    const T* piece = in + k * count;
+    if (op == ReduceOp::sum) {
+      for (std::int64_t i = 0; i < count; ++i) out[i] += piece[i];
+    } else {
+      for (std::int64_t i = 0; i < count; ++i) out[i] = std::max(out[i], piece[i]);
+    }
+  }
+}
+
+// The same for bf16, in f32, rounded once.
+void combine_bf16(const bfloat16* in, bfloat16* out, std::int64_t count, int n, ReduceOp op) {
+  Tensor acc_storage = Tensor::empty({count}, DType::f32);
+  float* acc = acc_storage.data<float>();
+  convert_bf16_to_f32(in, acc, static_cast<std::size_t>(count));
+  for (int k = 1; k < n; ++k) {
+    const bfloat16* piece = in + k * count;
+    if (op == ReduceOp::sum) {
+      for (std::int64_t i = 0; i < count; ++i) acc[i] += float(piece[i]);
+    } else {
+      for (std::int64_t i = 0; i < count; ++i) acc[i] = std::max(acc[i], float(piece[i]));
+    }
+  }
+  convert_f32_to_bf16(acc, out, static_cast<std::size_t>(count));
+}
+
+void combine_pieces(const void* in, void* out, std::int64_t count, int n, DType dtype, ReduceOp op) {
+  switch (dtype) {
+    case DType::f32:
+      return combine_typed(static_cast<const float*>(in), static_cast<float*>(out), count, n, op);
+    case DType::f64:
+      return combine_typed(static_cast<const double*>(in), static_cast<double*>(out), count, n, op);
+    case DType::i32:
+      if (op == ReduceOp::sum) {
+        // As unsigned: the bits of a two's complement sum, without signed overflow.
+        return combine_typed(static_cast<const std::uint32_t*>(in), static_cast<std::uint32_t*>(out), count, n, op);
+      }
+      return combine_typed(static_cast<const std::int32_t*>(in), static_cast<std::int32_t*>(out), count, n, op);
+    case DType::bf16:
+      return combine_bf16(static_cast<const bfloat16*>(in), static_cast<bfloat16*>(out), count, n, op);
+  }
+}
+
+// An all-reduce moves at most this many bytes per all-to-all and all-gather: the scratch stays
+// small and in cache, and a segment's sum overlaps nothing but is short (measured: 256 MiB of
+// f32 on 2 ranks, 57 ms in 4 MiB segments, 70 ms in one).
+constexpr std::int64_t kSegmentBytes = std::int64_t{4} << 20;
+
+}  // namespace
+
+void all_reduce_ordered(const void* send, void* recv, std::int64_t count, DType dtype, const Communicator& comm,
+                        ReduceOp op) {
+  const int n = comm.size();
+  const int me = comm.rank();
+  const auto item = static_cast<std::int64_t>(dtype_size(dtype));
+  const MPI_Datatype type = mpi_datatype(dtype);
+  // Whole elements per segment, at least one per rank; a segment's counts stay ints.
+  const std::int64_t segment = std::max<std::int64_t>(n, kSegmentBytes / item);
+  Tensor pieces = scratch_buffer(std::min(segment, count) * item);
+  Tensor reduced = scratch_buffer((std::min(segment, count) / n + 1) * item);
+  std::vector<int> counts(n), displs(n), recv_counts(n), recv_displs(n);
+  for (std::int64_t begin = 0; begin < count; begin += segment) {
+    const std::int64_t length = std::min(segment, count - begin);
+    for (int k = 0, at = 0; k < n; ++k) {  // piece k (owned by rank k): balanced sizes
+      counts[k] = static_cast<int>(length / n + (k < length % n ? 1 : 0));
+      displs[k] = at;
+      at += counts[k];
+    }
+    const int mine = counts[me];
+    for (int k = 0; k < n; ++k) {
+      recv_counts[k] = mine;
+      recv_displs[k] = k * mine;
+    }
+    const auto* in = static_cast<const std::byte*>(send) + begin * item;
+    auto* out = static_cast<std::byte*>(recv) + begin * item;
+    check_mpi(MPI_Alltoallv(in, counts.data(), displs.data(), type, pieces.raw(), recv_counts.data(),
+                            recv_displs.data(), type, comm.handle()),
+              "MPI_Alltoallv (all_reduce)");
+    combine_pieces(pieces.raw(), reduced.raw(), mine, n, dtype, op);
+    check_mpi(MPI_Allgatherv(reduced.raw(), mine, type, out, counts.data(), displs.data(), type, comm.handle()),
+              "MPI_Allgatherv (all_reduce)");
+  }
+}
+
+void reduce_scatter_ordered(const void* send, void* recv, int count, DType dtype, const Communicator& comm) {
+  const int n = comm.size();
+  const std::int64_t item = static_cast<std::int64_t>(dtype_size(dtype));
+  Tensor pieces = scratch_buffer(static_cast<std::int64_t>(n) * count * item);
+  const MPI_Datatype type = mpi_datatype(dtype);
+  check_mpi(MPI_Alltoall(send, count, type, pieces.raw(), count, type, comm.handle()),
+            "MPI_Alltoall (reduce_scatter)");
+  combine_pieces(pieces.raw(), recv, count, n, dtype, ReduceOp::sum);
+}
+
+void reduce_scatter_ordered_v(const void* send, void* recv, const std::vector<int>& counts, DType dtype,
+                              const Communicator& comm) {
+  const int n = comm.size();
+  const int mine = counts[comm.rank()];
+  std::vector<int> displs(n), recv_counts(n, mine), recv_displs(n);
+  for (int k = 0, at = 0; k < n; ++k) {
+    displs[k] = at;
+    at += counts[k];
+    recv_displs[k] = k * mine;
+  }
+  checked_count(static_cast<std::int64_t>(n) * mine, "reduce_scatter");
+  const std::int64_t item = static_cast<std::int64_t>(dtype_size(dtype));
+  Tensor pieces = scratch_buffer(static_cast<std::int64_t>(n) * mine * item);
+  const MPI_Datatype type = mpi_datatype(dtype);
+  check_mpi(MPI_Alltoallv(send, counts.data(), displs.data(), type, pieces.raw(), recv_counts.data(),
+                          recv_displs.data(), type, comm.handle()),
+            "MPI_Alltoallv (reduce_scatter)");
+  if (mine > 0) combine_pieces(pieces.raw(), recv, mine, n, dtype, ReduceOp::sum);
+}
+
+}  // namespace tessera::detail

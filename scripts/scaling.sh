@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# scaling.sh [--ranks "1 2 4 8"] [--out FILE] [-- BENCH_TRAIN_ARGS...]: the scaling table of the
+# README. Runs build/apps/bench_train for each parallelism strategy (dp, tp, fsdp, 2d; see
+# bench_train --help) at each rank count on this machine (scripts/mpirun/local.sh), and prints
+# one Markdown table: step time (median), its floor and their ratio, the bytes each rank sends
+# per step, the parameters each rank holds and its peak resident memory. One rank runs once (every
+# strategy is the same program there); 2d needs 4 ranks or more; a configuration whose train state
+# does not fit in this machine's memory gets bench_train's refusal in its row instead of figures.
+# BENCH_TRAIN_ARGS replace the model (default: the B8 L8 D4096 MLP, 3 timed steps after 1).
+# --out FILE also keeps every bench_train JSON line there.
+#   bash scripts/scaling.sh
+#   bash scripts/scaling.sh --ranks "1 2" -- --layers 2 --depth 256
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ranks_list="1 2 4 8"
+out=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --ranks) ranks_list=${2:?--ranks needs a list}; shift 2 ;;
+    --out) out=${2:?--out needs a file}; shift 2 ;;
+    --) shift; break ;;
+    *) echo "scaling.sh: unknown argument '$1' (usage: scaling.sh [--ranks \"1 2 4 8\"] [--out FILE] [-- BENCH_TRAIN_ARGS...])" >&2; exit 2 ;;
+  esac
+done
+for r in $ranks_list; do
+  if ! [[ "$r" =~ ^[1-9][0-9]*$ ]]; then echo "scaling.sh: --ranks takes positive integers, got '$r'" >&2; exit 2; fi
+done
+model_args=("$@")
+if [ ${#model_args[@]} -eq 0 ]; then model_args=(--layers 8 --depth 4096 --steps 3 --warmup 1); fi
+bench=${TESSERA_BENCH_TRAIN:-build/apps/bench_train}  # the test suite points at its own build
+[ -x "$bench" ] || { echo "scaling.sh: $bench is missing: build first (bash scripts/build.sh)" >&2; exit 2; }
+
+lines=$(mktemp)
+trap 'rm -f "$lines"' EXIT
+for r in $ranks_list; do
+  for s in dp tp fsdp 2d; do
+    if [ "$r" = 1 ] && [ "$s" != dp ]; then continue; fi          # one rank: one program
+    if [ "$s" = 2d ] && { [ "$r" -lt 4 ] || [ $((r % 2)) != 0 ]; }; then continue; fi
+    label=$([ "$r" = 1 ] && echo all || echo "$s")
+    echo "scaling.sh: $label on $r ranks" >&2
+    if result=$(bash scripts/mpirun/local.sh "$r" "$bench" --strategy "$s" "${model_args[@]}" 2>&1); then
+      echo "$result" | grep '"bench":"train_step"' | sed "s/\"strategy\":\"$s\"/\"strategy\":\"$label\"/" >> "$lines"
+    else
+      rc=$?
+      message=$(echo "$result" | grep -v '^{' | head -1)
+      message=${message#bench_train: }
+      if [ "$rc" != 2 ]; then echo "scaling.sh: bench_train failed on $r ranks ($s), exit $rc: $message" >&2; exit 1; fi
+      /usr/bin/python3 -c 'import json, sys; print(json.dumps({"bench": "train_step", "strategy": sys.argv[1], "ranks": int(sys.argv[2]), "refused": sys.argv[3]}))' \
+        "$s" "$r" "$message" >> "$lines"
+    fi
+  done
+done
+[ -z "$out" ] || cp "$lines" "$out"
+
+/usr/bin/python3 - "$lines" <<'PY'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+names = {"all": "all (one rank)", "dp": "data-parallel", "tp": "tensor-parallel", "fsdp": "FSDP", "2d": "2-D (data x model)"}
+first = next((r for r in rows if "refused" not in r), None)
+if first:
+    print(f"MLP batch {first['batch']}, {first['layers']} layers, depth {first['depth']}, Adam, f32; "
+          "bench_train --strategy, on this machine's cores (more ranks than cores are oversubscribed)\n")
+print("| strategy | ranks | mesh | ms per step | floor ms | ratio | MB sent per rank per step | parameters per rank | peak GB per rank |")
+print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+order = {"all": 0, "dp": 1, "tp": 2, "fsdp": 3, "2d": 4}
+for r in sorted(rows, key=lambda r: (order[r["strategy"]], r["ranks"])):
+    name = names[r["strategy"]]
+    if "refused" in r:
+        print(f"| {name} | {r['ranks']} | | not run: {r['refused']} | | | | | |")
+        continue
+    mesh = r["mesh"].replace(": ", "=").replace(" ", "")
+    print(f"| {name} | {r['ranks']} | {mesh} | {r['ms_median']:.1f} | {r['floor_ms']:.1f} | {r['ratio']:.2f} | "
+          f"{r['comm_mb_per_rank']:.1f} | {r['params_per_rank'] / 1e6:.1f} M | {r['peak_rss_mb'] / 1e3:.2f} |")
+PY

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# scaling_check.sh BENCH_TRAIN: scripts/scaling.sh at 1, 2 and 4 ranks on a small MLP (2 layers,
+# depth 256) prints its table with one row per strategy and rank count, and the figures are
+# those of the strategies: data-parallel holds every parameter and sends exactly a ring
+# all-reduce of the weight gradients per step (2 (n-1)/n of 4 depth^2 bytes per weight, plus
+# the loss's few bytes); tensor-parallel and FSDP hold 1/n of them, 2-D 1/model; FSDP sends less
+# than data-parallel.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+jsonl=$(mktemp)
+trap 'rm -f "$jsonl"' EXIT
+table=$(TESSERA_BENCH_TRAIN=$1 bash "$root/scripts/scaling.sh" --ranks "1 2 4" --out "$jsonl" -- \
+  --layers 2 --depth 256 --steps 2 --warmup 1 --measure-seconds 0.02 --copy-mib 1)
+echo "$table"
+/usr/bin/python3 - "$jsonl" "$table" <<'PY'
+import json, sys
+rows = {(r["strategy"], r["ranks"]): r for r in map(json.loads, open(sys.argv[1]))}
+want = [("all", 1), ("dp", 2), ("dp", 4), ("tp", 2), ("tp", 4), ("fsdp", 2), ("fsdp", 4), ("2d", 4)]
+assert sorted(rows) == sorted(want), sorted(rows)
+layers, depth = 2, 256
+total = 2 * layers * depth * depth
+for (s, n), r in rows.items():
+    assert "refused" not in r, r
+    held = total if s in ("all", "dp") else total / (n // 2 if s == "2d" else n)
+    assert r["params_per_rank"] == held, (s, n, r["params_per_rank"], held)
+    assert r["ms_median"] > 0 and r["floor_ms"] > 0, r
+    if s == "dp":
+        grads = 2 * layers * (2 * (n - 1) * 4 * depth * depth // n)
+        assert abs(r["comm_mb_per_rank"] * 1e6 - grads) <= 500 + 64, (n, r["comm_mb_per_rank"], grads)  # printed to 1 kB
+        assert r["comm_mb_per_rank"] > rows[("fsdp", n)]["comm_mb_per_rank"] > 0, (n, r, rows[("fsdp", n)])
+    if s in ("tp", "2d"):
+        assert r["comm_mb_per_rank"] > 0, r
+assert rows[("all", 1)]["comm_mb_per_rank"] == 0
+lines = [l for l in sys.argv[2].splitlines() if l.startswith("| ") and "---" not in l]
+assert len(lines) == 1 + len(want), lines  # the header and one row each
+assert lines[1].startswith("| all (one rank) | 1 | data=1,model=1 |"), lines[1]
+assert any(l.startswith("| FSDP | 4 | data=4,model=1 |") for l in lines), lines
+assert any(l.startswith("| 2-D (data x model) | 4 | data=2,model=2 |") for l in lines), lines
+print("ok: 8 rows, parameters per rank and data-parallel bytes as the strategies give")
+PY
