@@ -100,6 +100,10 @@ Tensor einsum_local(const EinsumSubscripts& sub, const Tensor& a, const Tensor& 
     return p;
   };
   const std::int64_t B = product(batch), M = product(m), N = product(n), K = product(k);
+  // An output in [batch, n, m] order is the product with the operands swapped (C^T = B^T A^T):
+  // the GEMM then writes it in place instead of a [batch, m, n] result permuted afterwards (a
+  // weight gradient's einsum wrote the whole [d, h] block twice).
+  if (!m.empty() && !n.empty() && sub.out == batch + n + m) return einsum_local({sub.b, sub.a, sub.out}, b, a);
   // a as [batch, m, k] or [batch, k, m]; b as [batch, k, n] or [batch, n, k].
   bool trans_a = false, trans_b = false;
   Tensor a_view, b_view;
