@@ -1,9 +1,10 @@
-// all_reduce: on the axes communicator, blocks of 64 KiB and more as an all-to-all, a sum in rank
-// order and an all-gather (ordered_reduce.h), smaller ones as one MPI_Allreduce (its recursive
-// doubling has the lower latency there). Open MPI 4.1's MPI_Allreduce slows down on large
-// messages over shared memory: measured here, f32 on 2 / 8 ranks, 16 MiB 12.8 / 75 ms against
-// 4.1 / 32.5 ms, 64 MiB 221 / 812 ms against 49 / 148 ms. bf16 always takes the ordered path
-// (summed in f32). The rvalue overload reduces in place.
+// all_reduce: on the axes communicator, blocks of 16 MiB and more as an all-to-all, a sum in rank
+// order and an all-gather (ordered_reduce.h), smaller ones as one MPI_Allreduce. Open MPI 4.1's
+// MPI_Allreduce falls off a cliff between 24 and 64 MiB over shared memory: bench_collectives,
+// f32, 2 / 8 ranks, 64 MiB: 272 / 905 ms against 17.6 / 164 ms ordered; at 16-24 MiB the two are
+// within 15% of each other (0.88-1.22), and below MPI's is faster on 2 ranks (1 MiB: 168 against
+// 285 us). bf16 always takes the ordered path (summed in f32). The rvalue overload reduces in
+// place.
 #include "collectives/ordered_reduce.h"
 #include "collectives/collectives.h"
 #include "collectives/comm_stats.h"
@@ -13,17 +14,15 @@ namespace tessera {
 
 namespace {
 
-// Blocks from this size on take the ordered all-reduce (about equal to MPI_Allreduce at 64 KiB
-// on 2 and 8 ranks here, faster above).
-constexpr std::size_t kOrderedFromBytes = std::size_t{64} << 10;
+// Blocks from this size on take the ordered all-reduce (detail::kOrderedAllReduceBytes).
 
 void reduce_chunks(const void* send, void* recv, const Tensor& shape_of, const Communicator& comm, ReduceOp op) {
-  if (shape_of.dtype() == DType::bf16 || shape_of.nbytes() >= kOrderedFromBytes) {
+  if (shape_of.dtype() == DType::bf16 || shape_of.nbytes() >= detail::kOrderedAllReduceBytes) {
     const void* in = send == MPI_IN_PLACE ? recv : send;
     detail::all_reduce_ordered(in, recv, shape_of.numel(), shape_of.dtype(), comm, op);
     return;
   }
-  // Below 64 KiB, so the count is an int.
+  // Below 16 MiB, so the count is an int.
   const int count = static_cast<int>(shape_of.numel());
   check_mpi(MPI_Allreduce(send, recv, count, mpi_datatype(shape_of.dtype()), op == ReduceOp::sum ? MPI_SUM : MPI_MAX,
                           comm.handle()),
