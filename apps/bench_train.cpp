@@ -191,7 +191,7 @@ struct Measured {
 };
 
 // Times o.steps train steps (after o.warmup) of `loss_fn` on `batch`; `comm_bytes` receives the
-// bytes the busiest rank's collectives send in one step (the same in every step).
+// bytes the busiest rank's collectives send in the last step (the same in every step).
 std::vector<double> time_steps(const Options& o, nn::TrainState& state, const nn::Optimizer& optimizer,
                                const nn::LossFn& loss_fn, const nn::Batch& batch, const nn::StepOptions& options,
                                double& comm_bytes) {
@@ -204,7 +204,7 @@ std::vector<double> time_steps(const Options& o, nn::TrainState& state, const nn
     // A step ends when its slowest rank ends.
     const double t = allreduce(seconds_since(start) * 1e3, MPI_MAX);
     if (i >= o.warmup) ms.push_back(t);
-    comm_bytes = allreduce(static_cast<double>(scope.total_bytes()), MPI_MAX);
+    if (i == o.warmup + o.steps - 1) comm_bytes = allreduce(static_cast<double>(scope.total_bytes()), MPI_MAX);
   }
   return ms;
 }
@@ -228,8 +228,8 @@ constexpr double kPeakBytesPerParam = 20.0;
 void check_fits(double local_params) { apps::check_memory(kPeakBytesPerParam * local_params); }
 
 Measured run_mlp(const Options& o, int world_size) {
-  Strategy strategy = o.strategy.empty() ? Strategy{} : strategy_for(o.strategy, world_size);
-  if (o.strategy.empty()) strategy.mesh = o.mesh.empty() ? default_mesh(world_size) : o.mesh;
+  const Strategy strategy = o.strategy.empty() ? Strategy{o.mesh.empty() ? default_mesh(world_size) : o.mesh}
+                                               : strategy_for(o.strategy, world_size);
   const MeshShape mesh_shape = MeshShape::parse(strategy.mesh);
   const Rules rules = models::tutorial_rules();
   models::MLP model{o.layers, o.depth, o.scan, false};

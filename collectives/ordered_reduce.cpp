@@ -3,7 +3,7 @@
 #include "collectives/ordered_reduce.h"
 
 #include <algorithm>
-#include <climits>
+#include <string>
 #include <vector>
 
 #include "collectives/layout.h"
@@ -67,17 +67,40 @@ constexpr std::int64_t kSegmentBytes = std::int64_t{4} << 20;
 
 }  // namespace
 
+namespace {
+
+// Sends piece k of `send` (counts[k] elements, the pieces consecutive) to rank k and combines the
+// n pieces this rank receives, in rank order, into out (counts[me] elements). `pieces` holds at
+// least n * counts[me] elements, and n * counts[me] fits an int (the caller checks).
+void alltoall_combine(const void* send, const std::vector<int>& counts, void* out, DType dtype, ReduceOp op,
+                      const Communicator& comm, void* pieces, const char* what) {
+  const int n = comm.size();
+  const int mine = counts[comm.rank()];
+  std::vector<int> displs(n), recv_counts(n, mine), recv_displs(n);
+  for (int k = 0, at = 0; k < n; ++k) {
+    displs[k] = at;
+    at += counts[k];
+    recv_displs[k] = k * mine;
+  }
+  const MPI_Datatype type = mpi_datatype(dtype);
+  check_mpi(MPI_Alltoallv(send, counts.data(), displs.data(), type, pieces, recv_counts.data(), recv_displs.data(),
+                          type, comm.handle()),
+            std::string("MPI_Alltoallv (") + what + ")");
+  if (mine > 0) combine_pieces(pieces, out, mine, n, dtype, op);
+}
+
+}  // namespace
+
 void all_reduce_ordered(const void* send, void* recv, std::int64_t count, DType dtype, const Communicator& comm,
                         ReduceOp op) {
   const int n = comm.size();
-  const int me = comm.rank();
   const auto item = static_cast<std::int64_t>(dtype_size(dtype));
   const MPI_Datatype type = mpi_datatype(dtype);
   // Whole elements per segment, at least one per rank; a segment's counts stay ints.
   const std::int64_t segment = std::max<std::int64_t>(n, kSegmentBytes / item);
   Tensor pieces = scratch_buffer(std::min(segment, count) * item);
   Tensor reduced = scratch_buffer((std::min(segment, count) / n + 1) * item);
-  std::vector<int> counts(n), displs(n), recv_counts(n), recv_displs(n);
+  std::vector<int> counts(n), displs(n);
   for (std::int64_t begin = 0; begin < count; begin += segment) {
     const std::int64_t length = std::min(segment, count - begin);
     for (int k = 0, at = 0; k < n; ++k) {  // piece k (owned by rank k): balanced sizes
@@ -85,18 +108,11 @@ void all_reduce_ordered(const void* send, void* recv, std::int64_t count, DType 
       displs[k] = at;
       at += counts[k];
     }
-    const int mine = counts[me];
-    for (int k = 0; k < n; ++k) {
-      recv_counts[k] = mine;
-      recv_displs[k] = k * mine;
-    }
-    const auto* in = static_cast<const std::byte*>(send) + begin * item;
     auto* out = static_cast<std::byte*>(recv) + begin * item;
-    check_mpi(MPI_Alltoallv(in, counts.data(), displs.data(), type, pieces.raw(), recv_counts.data(),
-                            recv_displs.data(), type, comm.handle()),
-              "MPI_Alltoallv (all_reduce)");
-    combine_pieces(pieces.raw(), reduced.raw(), mine, n, dtype, op);
-    check_mpi(MPI_Allgatherv(reduced.raw(), mine, type, out, counts.data(), displs.data(), type, comm.handle()),
+    alltoall_combine(static_cast<const std::byte*>(send) + begin * item, counts, reduced.raw(), dtype, op, comm,
+                     pieces.raw(), "all_reduce");
+    check_mpi(MPI_Allgatherv(reduced.raw(), counts[comm.rank()], type, out, counts.data(), displs.data(), type,
+                             comm.handle()),
               "MPI_Allgatherv (all_reduce)");
   }
 }
@@ -106,6 +122,7 @@ void reduce_scatter_ordered(const void* send, void* recv, int count, DType dtype
   const std::int64_t item = static_cast<std::int64_t>(dtype_size(dtype));
   Tensor pieces = scratch_buffer(static_cast<std::int64_t>(n) * count * item);
   const MPI_Datatype type = mpi_datatype(dtype);
+  // MPI_Alltoall, not alltoall_combine's MPI_Alltoallv: no displacement here must fit an int.
   check_mpi(MPI_Alltoall(send, count, type, pieces.raw(), count, type, comm.handle()),
             "MPI_Alltoall (reduce_scatter)");
   combine_pieces(pieces.raw(), recv, count, n, dtype, ReduceOp::sum);
@@ -113,22 +130,10 @@ void reduce_scatter_ordered(const void* send, void* recv, int count, DType dtype
 
 void reduce_scatter_ordered_v(const void* send, void* recv, const std::vector<int>& counts, DType dtype,
                               const Communicator& comm) {
-  const int n = comm.size();
-  const int mine = counts[comm.rank()];
-  std::vector<int> displs(n), recv_counts(n, mine), recv_displs(n);
-  for (int k = 0, at = 0; k < n; ++k) {
-    displs[k] = at;
-    at += counts[k];
-    recv_displs[k] = k * mine;
-  }
-  checked_count(static_cast<std::int64_t>(n) * mine, "reduce_scatter");
-  const std::int64_t item = static_cast<std::int64_t>(dtype_size(dtype));
-  Tensor pieces = scratch_buffer(static_cast<std::int64_t>(n) * mine * item);
-  const MPI_Datatype type = mpi_datatype(dtype);
-  check_mpi(MPI_Alltoallv(send, counts.data(), displs.data(), type, pieces.raw(), recv_counts.data(),
-                          recv_displs.data(), type, comm.handle()),
-            "MPI_Alltoallv (reduce_scatter)");
-  if (mine > 0) combine_pieces(pieces.raw(), recv, mine, n, dtype, ReduceOp::sum);
+  const std::int64_t received = static_cast<std::int64_t>(comm.size()) * counts[comm.rank()];
+  checked_count(received, "reduce_scatter");
+  Tensor pieces = scratch_buffer(received * static_cast<std::int64_t>(dtype_size(dtype)));
+  alltoall_combine(send, counts, recv, dtype, ReduceOp::sum, comm, pieces.raw(), "reduce_scatter");
 }
 
 }  // namespace tessera::detail

@@ -27,13 +27,13 @@
 
 namespace tessera::detail {
 
-// recv[i] = the sum (or maximum) over ranks r, in rank order, of send_r[i] for i < count (bf16:
-// in f32, rounded once). send may equal recv. Runs in segments of 4 MiB, so its scratch is two
-// segments whatever the count.
 // all_reduce takes the ordered path for bf16 and for blocks of at least this many bytes (MPI_Allreduce
 // below: collectives/all_reduce.cpp).
 inline constexpr std::size_t kOrderedAllReduceBytes = std::size_t{16} << 20;
 
+// recv[i] = the sum (or maximum) over ranks r, in rank order, of send_r[i] for i < count (bf16:
+// in f32, rounded once). send may equal recv. Runs in segments of 4 MiB, so its scratch is two
+// segments whatever the count.
 void all_reduce_ordered(const void* send, void* recv, std::int64_t count, DType dtype, const Communicator& comm,
                         ReduceOp op);
 

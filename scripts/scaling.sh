@@ -16,8 +16,10 @@ ranks_list="1 2 4 8"
 out=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --ranks) ranks_list=${2:?--ranks needs a list}; shift 2 ;;
-    --out) out=${2:?--out needs a file}; shift 2 ;;
+    --ranks|--out)
+      [ $# -ge 2 ] || { echo "scaling.sh: $1 needs a value" >&2; exit 2; }
+      if [ "$1" = --ranks ]; then ranks_list=$2; else out=$2; fi
+      shift 2 ;;
     --) shift; break ;;
     *) echo "scaling.sh: unknown argument '$1' (usage: scaling.sh [--ranks \"1 2 4 8\"] [--out FILE] [-- BENCH_TRAIN_ARGS...])" >&2; exit 2 ;;
   esac

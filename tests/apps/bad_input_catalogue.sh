@@ -164,6 +164,23 @@ expect bench_collectives.iters_zero 2 '^bench_collectives: --iters must be >= 1,
 expect bench_collectives.warmup_negative 2 '^bench_collectives: --warmup must be >= 0, got -1$' mpi "$apps/bench_collectives" --warmup -1
 expect bench_train.measure_seconds_zero 2 '^bench_train: --measure-seconds must be > 0 and <= 3600, got 0$' \
   mpi "$apps/bench_train" --measure-seconds 0
+expect bench_train.strategy_unknown 2 "^bench_train: --strategy must be dp, tp, fsdp or 2d, got 'zero'$" \
+  mpi "$apps/bench_train" --strategy zero
+expect bench_train.strategy_and_mesh 2 '^bench_train: --strategy and --mesh exclude each other$' \
+  mpi "$apps/bench_train" --strategy dp --mesh "$mesh"
+expect bench_train.strategy_lm 2 '^bench_train: --strategy applies to --model mlp only$' \
+  mpi "$apps/bench_train" --model lm --strategy tp
+if [ "$ranks" -lt 4 ]; then
+  expect bench_train.strategy_2d 2 "^bench_train: --strategy 2d needs an even rank count of 4 or more \\(data=2,model=<ranks>/2\\), got $ranks\$" \
+    mpi "$apps/bench_train" --strategy 2d
+fi
+expect bench_train.does_not_fit 2 '^bench_train: needs [0-9]+\.[0-9] GiB per rank, this machine has [0-9]+\.[0-9] GiB$' \
+  mpi "$apps/bench_train" --strategy dp --depth 1000000 --layers 100
+# scripts/scaling.sh refuses a bad command line before it runs anything.
+expect scaling.unknown_argument 2 "^scaling.sh: unknown argument '--bogus'" one bash "$here/../../scripts/scaling.sh" --bogus
+expect scaling.ranks_not_a_count 2 "^scaling.sh: --ranks takes positive integers, got 'x'$" \
+  one bash "$here/../../scripts/scaling.sh" --ranks "1 x"
+expect scaling.ranks_without_value 2 '^scaling.sh: --ranks needs a value$' one bash "$here/../../scripts/scaling.sh" --ranks
 expect bench_checkpoint.large_layers_zero 2 '^bench_checkpoint: --large-layers must be between 1 and 1024, got 0$' \
   mpi "$apps/bench_checkpoint" --large-layers 0
 expect bench_checkpoint.state_unknown 2 '--state: huge not in \{mlp,large,both\}' mpi "$apps/bench_checkpoint" --state huge
