@@ -14,9 +14,8 @@ namespace tessera {
 
 namespace {
 
-// Blocks from this size on take the ordered all-reduce (detail::kOrderedAllReduceBytes).
-
 void reduce_chunks(const void* send, void* recv, const Tensor& shape_of, const Communicator& comm, ReduceOp op) {
+  // bf16, and blocks from detail::kOrderedAllReduceBytes on, take the ordered all-reduce.
   if (shape_of.dtype() == DType::bf16 || shape_of.nbytes() >= detail::kOrderedAllReduceBytes) {
     const void* in = send == MPI_IN_PLACE ? recv : send;
     detail::all_reduce_ordered(in, recv, shape_of.numel(), shape_of.dtype(), comm, op);
