@@ -199,8 +199,7 @@ TEST(Collectives, AllReduceSumAndMaxGiveTheSameBitsEverywhere) {
 // rank order, an all-gather; in 4 MiB segments), and reduce_scatter always does: the result is
 // the left fold in rank order, bit for bit, for values whose sum depends on the order, in every
 // dtype, on both sides of the 16 MiB threshold, across segment boundaries and with counts n does
-// not divide. i32 sums wrap as two's
-// complement; bf16 sums in f32 and rounds once.
+// not divide. i32 sums wrap as two's complement; bf16 sums in f32 and rounds once.
 TEST(Collectives, LargeAllReducesAndReduceScattersAreRankOrderFolds) {
   // f32 also from the all-reduce's 16 MiB threshold on, across its 4 MiB segments (the segments
   // and the threshold are dtype-blind byte counts).
@@ -210,79 +209,75 @@ TEST(Collectives, LargeAllReducesAndReduceScattersAreRankOrderFolds) {
   const std::vector<MeshShape> meshes = meshes_of_size(world_size());
   const MeshShape& shape = *std::max_element(meshes.begin(), meshes.end(),
                                              [](const MeshShape& a, const MeshShape& b) { return a.ndim() < b.ndim(); });
-  {
-    Mesh mesh = Mesh::world(shape);
-    std::vector<Axes> groups = {shape.names()};
-    if (shape.ndim() > 1) groups.push_back({shape.names().back()});
-    for (const auto& axes : groups) {
-      const int n = shape.axes_size(axes);
-      for (DType dtype : {DType::f32, DType::f64, DType::i32, DType::bf16}) {
-        for (std::int64_t count : sizes) {
-          if (count > 100003 && dtype != DType::f32) continue;
-          if (count == ordered_f32 - 1 && world_size() > 2) continue;  // the MPI side of the threshold: 1-2 ranks
-          // Rank r's value at i: order-sensitive in floating point (a large and a small part),
-          // near the i32 limit for i32 so that sums wrap.
-          auto value_of = [&](int r, std::int64_t i) {
-            if (dtype == DType::i32) return static_cast<double>(INT32_MAX - 5 + (r * 7 + i) % 11);
-            return (r % 2 ? 1e4 : 1.0) * (1.0 + 0.1 * r + 1e-3 * static_cast<double>(i % 1013));
-          };
-          auto block = [&](int r) {
-            Tensor t({count}, dtype);
-            dispatch_dtype(dtype, [&](auto zero) {
-              using T = decltype(zero);
-              if constexpr (std::is_same_v<T, std::int32_t>) {
-                for (std::int64_t i = 0; i < count; ++i) t.data<T>()[i] = static_cast<T>(value_of(r, i));
-              } else if constexpr (std::is_same_v<T, bfloat16>) {
-                for (std::int64_t i = 0; i < count; ++i) t.data<T>()[i] = bfloat16(static_cast<float>(value_of(r, i)));
-              } else {
-                for (std::int64_t i = 0; i < count; ++i) t.data<T>()[i] = static_cast<T>(value_of(r, i));
-              }
-            });
-            return t;
-          };
-          std::vector<Tensor> blocks;
-          for (int q = 0; q < n; ++q) blocks.push_back(block(member_rank(mesh, axes, q)));
-          Tensor sum({count}, dtype), max = blocks[0];
+  Mesh mesh = Mesh::world(shape);
+  std::vector<Axes> groups = {shape.names()};
+  if (shape.ndim() > 1) groups.push_back({shape.names().back()});
+  for (const auto& axes : groups) {
+    const int n = shape.axes_size(axes);
+    for (DType dtype : {DType::f32, DType::f64, DType::i32, DType::bf16}) {
+      for (std::int64_t count : sizes) {
+        if (count > 100003 && dtype != DType::f32) continue;
+        if (count == ordered_f32 - 1 && world_size() > 2) continue;  // the MPI side of the threshold: 1-2 ranks
+        // Rank r's value at i: order-sensitive in floating point (a large and a small part),
+        // near the i32 limit for i32 so that sums wrap.
+        auto value_of = [&](int r, std::int64_t i) {
+          if (dtype == DType::i32) return static_cast<double>(INT32_MAX - 5 + (r * 7 + i) % 11);
+          return (r % 2 ? 1e4 : 1.0) * (1.0 + 0.1 * r + 1e-3 * static_cast<double>(i % 1013));
+        };
+        auto block = [&](int r) {
+          Tensor t({count}, dtype);
           dispatch_dtype(dtype, [&](auto zero) {
             using T = decltype(zero);
-            for (std::int64_t i = 0; i < count; ++i) {
-              if constexpr (std::is_same_v<T, std::int32_t>) {
-                std::uint32_t s = 0;
-                for (int q = 0; q < n; ++q) s += static_cast<std::uint32_t>(blocks[q].data<T>()[i]);
-                sum.data<T>()[i] = static_cast<T>(s);
-              } else if constexpr (std::is_same_v<T, bfloat16>) {
-                float s = 0;
-                for (int q = 0; q < n; ++q) s += float(blocks[q].data<T>()[i]);
-                sum.data<T>()[i] = bfloat16(s);
-              } else {
-                T s = 0;
-                for (int q = 0; q < n; ++q) s += blocks[q].data<T>()[i];
-                sum.data<T>()[i] = s;
-              }
-              for (int q = 1; q < n; ++q) {
-                if (max.data<T>()[i] < blocks[q].data<T>()[i]) max.data<T>()[i] = blocks[q].data<T>()[i];
-              }
+            if constexpr (std::is_same_v<T, bfloat16>) {
+              for (std::int64_t i = 0; i < count; ++i) t.data<T>()[i] = bfloat16(static_cast<float>(value_of(r, i)));
+            } else {
+              for (std::int64_t i = 0; i < count; ++i) t.data<T>()[i] = static_cast<T>(value_of(r, i));
             }
           });
-          const std::string label = shape.to_string() + " " + std::string(dtype_name(dtype)) + " count " +
-                                    std::to_string(count);
-          const Tensor mine = block(mesh.rank());
-          // Below 16 MiB MPI_Allreduce sums f32 and f64 (its order is MPI's): integer-valued
-          // checks there are left to AllReduceSumAndMaxGiveTheSameBitsEverywhere.
-          const bool ordered = dtype == DType::bf16 || mine.nbytes() >= detail::kOrderedAllReduceBytes;
-          if (ordered || dtype == DType::i32) {
-            EXPECT_TRUE(all_reduce(mesh, mine, axes).bit_equal(sum)) << label;
+          return t;
+        };
+        std::vector<Tensor> blocks;
+        for (int q = 0; q < n; ++q) blocks.push_back(block(member_rank(mesh, axes, q)));
+        Tensor sum({count}, dtype), max = blocks[0];
+        dispatch_dtype(dtype, [&](auto zero) {
+          using T = decltype(zero);
+          for (std::int64_t i = 0; i < count; ++i) {
+            if constexpr (std::is_same_v<T, std::int32_t>) {
+              std::uint32_t s = 0;
+              for (int q = 0; q < n; ++q) s += static_cast<std::uint32_t>(blocks[q].data<T>()[i]);
+              sum.data<T>()[i] = static_cast<T>(s);
+            } else if constexpr (std::is_same_v<T, bfloat16>) {
+              float s = 0;
+              for (int q = 0; q < n; ++q) s += float(blocks[q].data<T>()[i]);
+              sum.data<T>()[i] = bfloat16(s);
+            } else {
+              T s = 0;
+              for (int q = 0; q < n; ++q) s += blocks[q].data<T>()[i];
+              sum.data<T>()[i] = s;
+            }
+            for (int q = 1; q < n; ++q) {
+              if (max.data<T>()[i] < blocks[q].data<T>()[i]) max.data<T>()[i] = blocks[q].data<T>()[i];
+            }
           }
-          EXPECT_TRUE(all_reduce(mesh, mine, axes, ReduceOp::max).bit_equal(max)) << label;
-          Tensor in_place = mine;
-          EXPECT_TRUE(all_reduce(mesh, std::move(in_place), axes, ReduceOp::max).bit_equal(max)) << label;
-          // reduce_scatter always sums in rank order: this rank's block of the rule.
-          const std::vector<std::int64_t> extents = block_extents(count, n);
-          const int me = mesh.axes_rank(axes);
-          const std::int64_t begin = block_begin(count, n, me);
-          EXPECT_TRUE(reduce_scatter(mesh, mine, axes, 0).bit_equal(extract_block(sum, {begin}, {extents[me]})))
-              << label;
+        });
+        const std::string label = shape.to_string() + " " + std::string(dtype_name(dtype)) + " count " +
+                                  std::to_string(count);
+        const Tensor mine = block(mesh.rank());
+        // Below 16 MiB MPI_Allreduce sums f32 and f64 (its order is MPI's): integer-valued
+        // checks there are left to AllReduceSumAndMaxGiveTheSameBitsEverywhere.
+        const bool ordered = dtype == DType::bf16 || mine.nbytes() >= detail::kOrderedAllReduceBytes;
+        if (ordered || dtype == DType::i32) {
+          EXPECT_TRUE(all_reduce(mesh, mine, axes).bit_equal(sum)) << label;
         }
+        EXPECT_TRUE(all_reduce(mesh, mine, axes, ReduceOp::max).bit_equal(max)) << label;
+        Tensor in_place = mine;
+        EXPECT_TRUE(all_reduce(mesh, std::move(in_place), axes, ReduceOp::max).bit_equal(max)) << label;
+        // reduce_scatter always sums in rank order: this rank's block of the rule.
+        const std::vector<std::int64_t> extents = block_extents(count, n);
+        const int me = mesh.axes_rank(axes);
+        const std::int64_t begin = block_begin(count, n, me);
+        EXPECT_TRUE(reduce_scatter(mesh, mine, axes, 0).bit_equal(extract_block(sum, {begin}, {extents[me]})))
+            << label;
       }
     }
   }
