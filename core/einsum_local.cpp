@@ -129,9 +129,11 @@ Tensor einsum_local(const EinsumSubscripts& sub, const Tensor& a, const Tensor& 
   for (char c : batch + m + n) c_shape.push_back(extent[c]);
   Tensor c = Tensor::empty(c_shape, a.dtype());  // the GEMM overwrites it
   batched_gemm(*pa, *pb, c, B, M, N, K, trans_a, trans_b);
-  // c is [batch, m, n]; reorder to the output's letters.
+  // c is [batch, m, n]; reorder to the output's letters (returned as it is when they are in that
+  // order: permute_dims of a const tensor would copy it).
   std::string c_letters = batch + m + n;
   std::vector<int> perm = positions(sub.out, c_letters);
+  if (is_identity(perm)) return c;
   return permute_dims(c, perm);
 }
 
