@@ -7,6 +7,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "core/error.h"
@@ -53,6 +54,150 @@ std::vector<std::int64_t> broadcast_strides(const Shape& shape, const Shape& out
   return strides;
 }
 
+
+// Products with a thin side, the shapes of a layer applied to a small batch: Eigen packs the
+// whole large operand before its kernel runs (for x[8, d] @ W[d, d] it copies W, then reads the
+// copy: two passes over the weight where one suffices). These kernels read every operand in
+// place, once, and write C once (no zeroing pass before an accumulation).
+//
+// Below, a(i, l) is element (i, l) of op(A) [m, k]: A[i * k + l], or A[l * m + i] when A is
+// stored transposed. V lanes of T form one vector (GCC/Clang vector extensions: AVX-512, AVX or
+// SSE, as the target allows).
+constexpr int kSkinnyRows = 8;   // rows of C held in registers at once
+constexpr int kSkinnyLimit = 16;  // the thin side's largest size for these kernels
+
+template <class T>
+struct Vec {
+  static constexpr int lanes = 64 / sizeof(T);
+  typedef T type __attribute__((vector_size(64), aligned(sizeof(T))));
+};
+
+// C[m, n] (+)= op(A)[m, k] B[k, n], B row-major and not transposed. Rows of C in blocks of R
+// (<= 8), columns in strips of two vectors: R x 2 accumulators stay in registers over all of k,
+// so B is read once per row block (once in all when m <= 8; from cache when k is small).
+template <class T, int R>
+void skinny_rows(const T* A, const T* B, T* C, std::int64_t row0, std::int64_t m, std::int64_t n, std::int64_t k,
+                 bool trans_a, bool accumulate) {
+  using V = typename Vec<T>::type;
+  constexpr std::int64_t L = Vec<T>::lanes;
+  const std::int64_t a_row = trans_a ? 1 : k, a_col = trans_a ? m : 1;  // a(i, l) = A[i * a_row + l * a_col]
+  const T* a = A + row0 * a_row;
+  T* c = C + row0 * n;
+  std::int64_t j = 0;
+  for (; j + 2 * L <= n; j += 2 * L) {
+    V acc[R][2];
+    for (int r = 0; r < R; ++r) {
+      for (int h = 0; h < 2; ++h) {
+        if (accumulate) {
+          std::memcpy(&acc[r][h], c + r * n + j + h * L, sizeof(V));
+        } else {
+          acc[r][h] = V{} ;
+        }
+      }
+    }
+    for (std::int64_t l = 0; l < k; ++l) {
+      V b0, b1;
+      std::memcpy(&b0, B + l * n + j, sizeof(V));
+      std::memcpy(&b1, B + l * n + j + L, sizeof(V));
+      for (int r = 0; r < R; ++r) {
+        const T s = a[r * a_row + l * a_col];
+        acc[r][0] += s * b0;
+        acc[r][1] += s * b1;
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      std::memcpy(c + r * n + j, &acc[r][0], sizeof(V));
+      std::memcpy(c + r * n + j + L, &acc[r][1], sizeof(V));
+    }
+  }
+  for (; j < n; ++j) {  // the last columns, fewer than a strip
+    for (int r = 0; r < R; ++r) {
+      T sum = accumulate ? c[r * n + j] : T{0};
+      for (std::int64_t l = 0; l < k; ++l) sum += a[r * a_row + l * a_col] * B[l * n + j];
+      c[r * n + j] = sum;
+    }
+  }
+}
+
+template <class T>
+void skinny_nn(const T* A, const T* B, T* C, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a,
+               bool accumulate) {
+  std::int64_t i = 0;
+  for (; i + kSkinnyRows <= m; i += kSkinnyRows) skinny_rows<T, kSkinnyRows>(A, B, C, i, m, n, k, trans_a, accumulate);
+  switch (m - i) {
+    case 7: skinny_rows<T, 7>(A, B, C, i, m, n, k, trans_a, accumulate); break;
+    case 6: skinny_rows<T, 6>(A, B, C, i, m, n, k, trans_a, accumulate); break;
+    case 5: skinny_rows<T, 5>(A, B, C, i, m, n, k, trans_a, accumulate); break;
+    case 4: skinny_rows<T, 4>(A, B, C, i, m, n, k, trans_a, accumulate); break;
+    case 3: skinny_rows<T, 3>(A, B, C, i, m, n, k, trans_a, accumulate); break;
+    case 2: skinny_rows<T, 2>(A, B, C, i, m, n, k, trans_a, accumulate); break;
+    case 1: skinny_rows<T, 1>(A, B, C, i, m, n, k, trans_a, accumulate); break;
+    default: break;
+  }
+}
+
+// C[m, n] (+)= A[m, k] B[n, k]^T with m <= 16, A row-major: each element a dot product of a row
+// of A (all m rows stay in cache) with a row of B, read once, in place.
+template <class T, int R>
+void skinny_dots(const T* A, const T* B, T* C, std::int64_t row0, std::int64_t n, std::int64_t k, bool accumulate) {
+  using V = typename Vec<T>::type;
+  constexpr std::int64_t L = Vec<T>::lanes;
+  const T* a = A + row0 * k;
+  T* c = C + row0 * n;
+  for (std::int64_t j = 0; j < n; ++j) {
+    const T* b = B + j * k;
+    V acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = V{};
+    std::int64_t l = 0;
+    for (; l + L <= k; l += L) {
+      V bv;
+      std::memcpy(&bv, b + l, sizeof(V));
+      for (int r = 0; r < R; ++r) {
+        V av;
+        std::memcpy(&av, a + r * k + l, sizeof(V));
+        acc[r] += av * bv;
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      T sum = T{0};
+      for (std::int64_t q = 0; q < L; ++q) sum += acc[r][q];
+      for (std::int64_t t = l; t < k; ++t) sum += a[r * k + t] * b[t];
+      c[r * n + j] = accumulate ? c[r * n + j] + sum : sum;
+    }
+  }
+}
+
+template <class T>
+void skinny_nt(const T* A, const T* B, T* C, std::int64_t m, std::int64_t n, std::int64_t k, bool accumulate) {
+  std::int64_t i = 0;
+  for (; i + kSkinnyRows <= m; i += kSkinnyRows) skinny_dots<T, kSkinnyRows>(A, B, C, i, n, k, accumulate);
+  switch (m - i) {
+    case 7: skinny_dots<T, 7>(A, B, C, i, n, k, accumulate); break;
+    case 6: skinny_dots<T, 6>(A, B, C, i, n, k, accumulate); break;
+    case 5: skinny_dots<T, 5>(A, B, C, i, n, k, accumulate); break;
+    case 4: skinny_dots<T, 4>(A, B, C, i, n, k, accumulate); break;
+    case 3: skinny_dots<T, 3>(A, B, C, i, n, k, accumulate); break;
+    case 2: skinny_dots<T, 2>(A, B, C, i, n, k, accumulate); break;
+    case 1: skinny_dots<T, 1>(A, B, C, i, n, k, accumulate); break;
+    default: break;
+  }
+}
+
+// One product by the thin kernels when its shape is one of theirs; false otherwise.
+template <class T>
+bool skinny_gemm(const T* A, const T* B, T* C, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a,
+                 bool trans_b, bool accumulate) {
+  if (!trans_b && (m <= kSkinnyLimit || k <= kSkinnyLimit)) {
+    skinny_nn(A, B, C, m, n, k, trans_a, accumulate);
+    return true;
+  }
+  if (trans_b && !trans_a && m <= kSkinnyLimit) {
+    skinny_nt(A, B, C, m, n, k, accumulate);
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 void batched_gemm(const Tensor& a, const Tensor& b, Tensor& c, std::int64_t batch, std::int64_t m, std::int64_t n,
@@ -76,6 +221,7 @@ void batched_gemm(const Tensor& a, const Tensor& b, Tensor& c, std::int64_t batc
       const T* pa = a.data<T>() + i * m * k;
       const T* pb = b.data<T>() + i * k * n;
       T* pc = c.data<T>() + i * m * n;
+      if (skinny_gemm(pa, pb, pc, m, n, k, trans_a, trans_b, accumulate)) continue;
       MutMap<T> C(pc, m, n);
       if (!accumulate) C.setZero();
       if (!trans_a && !trans_b) {

@@ -70,6 +70,47 @@ TEST(Kernels, EinsumMatchesLoopsForEveryLayout) {
   }
 }
 
+// batched_gemm on the shapes of a layer over a small batch (a thin m, or a thin k as in a weight
+// gradient), which take their own kernels, and on shapes on either side of their limits (16
+// rows; strips of 32 f32 or 16 f64 columns), every transposition, with and without accumulation.
+// The operands are multiples of 1/8 with small numerators: every sum is exact in f32, so the
+// result must equal the loops' exactly whatever the order of the additions.
+TEST(Kernels, GemmOfThinShapesEqualsLoops) {
+  for (DType dtype : {DType::f32, DType::f64}) {
+    for (std::int64_t m : {1, 3, 7, 8, 9, 16, 17, 40}) {
+      for (std::int64_t n : {1, 15, 16, 31, 32, 33, 70}) {
+        for (std::int64_t k : {1, 5, 16, 17, 40}) {
+          for (int layout = 0; layout < 8; ++layout) {
+            const bool trans_a = (layout & 1) != 0, trans_b = (layout & 2) != 0, accumulate = (layout & 4) != 0;
+            const std::int64_t batch = 2;
+            Tensor a = values({batch, trans_a ? k : m, trans_a ? m : k}, 1, dtype);
+            Tensor b = values({batch, trans_b ? n : k, trans_b ? k : n}, 2, dtype);
+            Tensor c = values({batch, m, n}, 3, dtype);
+            Tensor a64 = a.astype(DType::f64), b64 = b.astype(DType::f64), c64 = c.astype(DType::f64);
+            batched_gemm(a, b, c, batch, m, n, k, trans_a, trans_b, accumulate);
+            Tensor got = c.astype(DType::f64);
+            for (std::int64_t q = 0; q < batch; ++q) {
+              for (std::int64_t i = 0; i < m; ++i) {
+                for (std::int64_t j = 0; j < n; ++j) {
+                  double want = accumulate ? c64.data<double>()[(q * m + i) * n + j] : 0.0;
+                  for (std::int64_t l = 0; l < k; ++l) {
+                    const double x = a64.data<double>()[q * m * k + (trans_a ? l * m + i : i * k + l)];
+                    const double y = b64.data<double>()[q * k * n + (trans_b ? j * k + l : l * n + j)];
+                    want += x * y;
+                  }
+                  ASSERT_EQ(got.data<double>()[(q * m + i) * n + j], want)
+                      << dtype_name(dtype) << " m " << m << " n " << n << " k " << k << " layout " << layout
+                      << " at " << q << "," << i << "," << j;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Kernels, EinsumErrorsNameTheProblem) {
   auto message = [](const std::string& spec) {
     try {
