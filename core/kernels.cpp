@@ -1,5 +1,6 @@
 // Local compute kernels. The matrix product goes through Eigen's GEMM on row-major maps (no
-// copies for transposed operands); the rest are plain loops the compiler vectorizes. bf16
+// copies for transposed operands), except products with a thin side (a small batch through a
+// layer), which have their own kernels below; the rest are plain loops the compiler vectorizes. bf16
 // operands are converted to f32, computed in f32 and the result rounded once (f32 accumulation
 // in GEMMs and reductions, one rounding per element for elementwise ops).
 #include "core/kernels.h"
