@@ -73,12 +73,13 @@ struct Vec {
   typedef T type __attribute__((vector_size(64), aligned(sizeof(T))));
 };
 
-// C[m, n] (+)= op(A)[m, k] B[k, n], B row-major and not transposed. Rows of C in blocks of R
-// (<= 8), columns in strips of two vectors: R x 2 accumulators stay in registers over all of k,
-// so B is read once per row block (once in all when m <= 8; from cache when k is small).
+// C[m, n] (+)= op(A)[m, k] B[k, n], B row-major and not transposed, over the rows [l0, l1) of B
+// (the columns of op(A)). Rows of C in blocks of R (<= 8), columns in strips of two vectors:
+// R x 2 accumulators stay in registers over the panel's rows, so each element of B is loaded
+// once per row block (once in all when m <= 8).
 template <class T, int R>
 void skinny_rows(const T* A, const T* B, T* C, std::int64_t row0, std::int64_t m, std::int64_t n, std::int64_t k,
-                 bool trans_a, bool accumulate) {
+                 std::int64_t l0, std::int64_t l1, bool trans_a, bool accumulate) {
   using V = typename Vec<T>::type;
   constexpr std::int64_t L = Vec<T>::lanes;
   const std::int64_t a_row = trans_a ? 1 : k, a_col = trans_a ? m : 1;  // a(i, l) = A[i * a_row + l * a_col]
@@ -92,11 +93,11 @@ void skinny_rows(const T* A, const T* B, T* C, std::int64_t row0, std::int64_t m
         if (accumulate) {
           std::memcpy(&acc[r][h], c + r * n + j + h * L, sizeof(V));
         } else {
-          acc[r][h] = V{} ;
+          acc[r][h] = V{};
         }
       }
     }
-    for (std::int64_t l = 0; l < k; ++l) {
+    for (std::int64_t l = l0; l < l1; ++l) {
       V b0, b1;
       std::memcpy(&b0, B + l * n + j, sizeof(V));
       std::memcpy(&b1, B + l * n + j + L, sizeof(V));
@@ -114,26 +115,38 @@ void skinny_rows(const T* A, const T* B, T* C, std::int64_t row0, std::int64_t m
   for (; j < n; ++j) {  // the last columns, fewer than a strip
     for (int r = 0; r < R; ++r) {
       T sum = accumulate ? c[r * n + j] : T{0};
-      for (std::int64_t l = 0; l < k; ++l) sum += a[r * a_row + l * a_col] * B[l * n + j];
+      for (std::int64_t l = l0; l < l1; ++l) sum += a[r * a_row + l * a_col] * B[l * n + j];
       c[r * n + j] = sum;
     }
   }
 }
 
+// B is taken in panels of kSkinnyPanel rows: a strip of two vectors across all k rows of B would
+// touch a new row (a new page, for a wide B) at every step, where a panel reads a few rows
+// front to back, as the hardware prefetches them; C (m <= 16 rows, or a small k: one panel)
+// is reread once per panel, from cache.
+constexpr std::int64_t kSkinnyPanel = 32;
+
 template <class T>
 void skinny_nn(const T* A, const T* B, T* C, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a,
                bool accumulate) {
-  std::int64_t i = 0;
-  for (; i + kSkinnyRows <= m; i += kSkinnyRows) skinny_rows<T, kSkinnyRows>(A, B, C, i, m, n, k, trans_a, accumulate);
-  switch (m - i) {
-    case 7: skinny_rows<T, 7>(A, B, C, i, m, n, k, trans_a, accumulate); break;
-    case 6: skinny_rows<T, 6>(A, B, C, i, m, n, k, trans_a, accumulate); break;
-    case 5: skinny_rows<T, 5>(A, B, C, i, m, n, k, trans_a, accumulate); break;
-    case 4: skinny_rows<T, 4>(A, B, C, i, m, n, k, trans_a, accumulate); break;
-    case 3: skinny_rows<T, 3>(A, B, C, i, m, n, k, trans_a, accumulate); break;
-    case 2: skinny_rows<T, 2>(A, B, C, i, m, n, k, trans_a, accumulate); break;
-    case 1: skinny_rows<T, 1>(A, B, C, i, m, n, k, trans_a, accumulate); break;
-    default: break;
+  for (std::int64_t l0 = 0; l0 < k || l0 == 0; l0 += kSkinnyPanel) {
+    const std::int64_t l1 = std::min(k, l0 + kSkinnyPanel);
+    const bool add = accumulate || l0 > 0;
+    std::int64_t i = 0;
+    for (; i + kSkinnyRows <= m; i += kSkinnyRows) {
+      skinny_rows<T, kSkinnyRows>(A, B, C, i, m, n, k, l0, l1, trans_a, add);
+    }
+    switch (m - i) {
+      case 7: skinny_rows<T, 7>(A, B, C, i, m, n, k, l0, l1, trans_a, add); break;
+      case 6: skinny_rows<T, 6>(A, B, C, i, m, n, k, l0, l1, trans_a, add); break;
+      case 5: skinny_rows<T, 5>(A, B, C, i, m, n, k, l0, l1, trans_a, add); break;
+      case 4: skinny_rows<T, 4>(A, B, C, i, m, n, k, l0, l1, trans_a, add); break;
+      case 3: skinny_rows<T, 3>(A, B, C, i, m, n, k, l0, l1, trans_a, add); break;
+      case 2: skinny_rows<T, 2>(A, B, C, i, m, n, k, l0, l1, trans_a, add); break;
+      case 1: skinny_rows<T, 1>(A, B, C, i, m, n, k, l0, l1, trans_a, add); break;
+      default: break;
+    }
   }
 }
 
