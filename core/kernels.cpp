@@ -151,50 +151,59 @@ void skinny_nn(const T* A, const T* B, T* C, std::int64_t m, std::int64_t n, std
 }
 
 // C[m, n] (+)= A[m, k] B[n, k]^T with m <= 16, A row-major: each element a dot product of a row
-// of A (all m rows stay in cache) with a row of B, read once, in place.
-template <class T, int R>
-void skinny_dots(const T* A, const T* B, T* C, std::int64_t row0, std::int64_t n, std::int64_t k, bool accumulate) {
+// of A with a row of B. Blocks of R rows of A by J rows of B: R x J accumulators, R + J vector
+// loads for R x J multiply-adds, and J rows of B read side by side (J streams from memory, where
+// one row after another is a single stream); A (at most 16 rows) stays in cache.
+template <class T, int R, int J>
+void skinny_dots(const T* A, const T* B, T* C, std::int64_t row0, std::int64_t j0, std::int64_t n, std::int64_t k,
+                 bool accumulate) {
   using V = typename Vec<T>::type;
   constexpr std::int64_t L = Vec<T>::lanes;
   const T* a = A + row0 * k;
-  T* c = C + row0 * n;
-  for (std::int64_t j = 0; j < n; ++j) {
-    const T* b = B + j * k;
-    V acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = V{};
-    std::int64_t l = 0;
-    for (; l + L <= k; l += L) {
-      V bv;
-      std::memcpy(&bv, b + l, sizeof(V));
-      for (int r = 0; r < R; ++r) {
-        V av;
-        std::memcpy(&av, a + r * k + l, sizeof(V));
-        acc[r] += av * bv;
-      }
-    }
+  const T* b = B + j0 * k;
+  V acc[R][J];
+  for (int r = 0; r < R; ++r) {
+    for (int q = 0; q < J; ++q) acc[r][q] = V{};
+  }
+  std::int64_t l = 0;
+  for (; l + L <= k; l += L) {
+    V bv[J];
+    for (int q = 0; q < J; ++q) std::memcpy(&bv[q], b + q * k + l, sizeof(V));
     for (int r = 0; r < R; ++r) {
-      T sum = T{0};
-      for (std::int64_t q = 0; q < L; ++q) sum += acc[r][q];
-      for (std::int64_t t = l; t < k; ++t) sum += a[r * k + t] * b[t];
-      c[r * n + j] = accumulate ? c[r * n + j] + sum : sum;
+      V av;
+      std::memcpy(&av, a + r * k + l, sizeof(V));
+      for (int q = 0; q < J; ++q) acc[r][q] += av * bv[q];
     }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int q = 0; q < J; ++q) {
+      T sum = T{0};
+      for (std::int64_t x = 0; x < L; ++x) sum += acc[r][q][x];
+      for (std::int64_t t = l; t < k; ++t) sum += a[r * k + t] * b[q * k + t];
+      T& out = C[(row0 + r) * n + j0 + q];
+      out = accumulate ? out + sum : sum;
+    }
+  }
+}
+
+template <class T, int J>
+void skinny_dots_rows(const T* A, const T* B, T* C, std::int64_t m, std::int64_t j0, std::int64_t n, std::int64_t k,
+                      bool accumulate) {
+  std::int64_t i = 0;
+  for (; i + 4 <= m; i += 4) skinny_dots<T, 4, J>(A, B, C, i, j0, n, k, accumulate);
+  switch (m - i) {
+    case 3: skinny_dots<T, 3, J>(A, B, C, i, j0, n, k, accumulate); break;
+    case 2: skinny_dots<T, 2, J>(A, B, C, i, j0, n, k, accumulate); break;
+    case 1: skinny_dots<T, 1, J>(A, B, C, i, j0, n, k, accumulate); break;
+    default: break;
   }
 }
 
 template <class T>
 void skinny_nt(const T* A, const T* B, T* C, std::int64_t m, std::int64_t n, std::int64_t k, bool accumulate) {
-  std::int64_t i = 0;
-  for (; i + kSkinnyRows <= m; i += kSkinnyRows) skinny_dots<T, kSkinnyRows>(A, B, C, i, n, k, accumulate);
-  switch (m - i) {
-    case 7: skinny_dots<T, 7>(A, B, C, i, n, k, accumulate); break;
-    case 6: skinny_dots<T, 6>(A, B, C, i, n, k, accumulate); break;
-    case 5: skinny_dots<T, 5>(A, B, C, i, n, k, accumulate); break;
-    case 4: skinny_dots<T, 4>(A, B, C, i, n, k, accumulate); break;
-    case 3: skinny_dots<T, 3>(A, B, C, i, n, k, accumulate); break;
-    case 2: skinny_dots<T, 2>(A, B, C, i, n, k, accumulate); break;
-    case 1: skinny_dots<T, 1>(A, B, C, i, n, k, accumulate); break;
-    default: break;
-  }
+  std::int64_t j = 0;
+  for (; j + 4 <= n; j += 4) skinny_dots_rows<T, 4>(A, B, C, m, j, n, k, accumulate);
+  for (; j < n; ++j) skinny_dots_rows<T, 1>(A, B, C, m, j, n, k, accumulate);
 }
 
 // One product by the thin kernels when its shape is one of theirs; false otherwise.
