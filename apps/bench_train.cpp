@@ -2,7 +2,8 @@
 // (--model lm) on the current mesh, beside the floor of docs/design.md ("Performance model")
 // measured in the same run:
 //   floor = matrix FLOPs per rank / GEMM rate + 28 bytes per fp32 parameter per rank / bandwidth
-// where bandwidth is the larger of memcpy's on a large buffer and that of a fused pass with
+// where the GEMM rate is the fastest of the MLP layer's three products on one rank (forward,
+// input gradient, weight gradient; the transformer: its MLP up-projection), bandwidth is the larger of memcpy's on a large buffer and that of a fused pass with
 // Adam's own streams (read p, g, m, v; write p, m, v) over this rank's parameter count.
 // The transformer's matrix FLOPs per step are 3x its forward's (each matmul has a weight and an
 // input gradient): per token and layer 2*d*3d (q, k, v) + 2*d*d (o) + 2*2*d*d_ff (MLP), per
@@ -115,13 +116,31 @@ double concurrent_rate(Work&& work, double seconds) {
   return best;
 }
 
-// FLOP/s per rank of batched_gemm on [m, k] x [k, n], every rank at once.
-double measure_gemm_rate(std::int64_t m, std::int64_t n, std::int64_t k, double seconds) {
-  Tensor a({1, m, k}), b({1, k, n}), c({1, m, n});
+// FLOP/s per rank of batched_gemm on op(A)[m, k] x op(B)[k, n], every rank at once.
+double measure_gemm_rate(std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a, bool trans_b, double seconds) {
+  Tensor a({1, trans_a ? k : m, trans_a ? m : k}), b({1, trans_b ? n : k, trans_b ? k : n}), c({1, m, n});
   std::fill_n(a.data<float>(), m * k, 0.5f);
   std::fill_n(b.data<float>(), k * n, 0.25f);
-  const double rate = concurrent_rate([&] { batched_gemm(a, b, c, 1, m, n, k, false, false); }, seconds);
+  const double rate = concurrent_rate([&] { batched_gemm(a, b, c, 1, m, n, k, trans_a, trans_b); }, seconds);
   return 2.0 * m * n * k * rate;
+}
+
+// The rates of a layer's three products on one rank, for x[m, k] W[k, n] = y[m, n]: the forward
+// (NN), the input gradient g W^T ([m, n] x [k, n]^T, NT) and the weight gradient x^T g
+// ([m, k]^T x [m, n], TN). Each runs its own kernel at its own rate (for a small batch the
+// weight gradient's, thin in k and writing its result once, is the fastest). The floor charges
+// every matrix FLOP at the fastest of them: charging each product its own rate, measured apart
+// from the step, came out above the measured step in some runs (ratio 0.99), not a floor.
+struct GemmRates {
+  double forward = 0, input_grad = 0, weight_grad = 0;
+  double best() const { return std::max({forward, input_grad, weight_grad}); }
+};
+GemmRates measure_gemm_rates(std::int64_t m, std::int64_t n, std::int64_t k, bool all_three, double seconds) {
+  GemmRates r;
+  r.forward = measure_gemm_rate(m, n, k, false, false, seconds);
+  r.input_grad = all_three ? measure_gemm_rate(m, k, n, false, true, seconds) : r.forward;
+  r.weight_grad = all_three ? measure_gemm_rate(k, n, m, true, false, seconds) : r.forward;
+  return r;
 }
 
 // Bytes per second per rank moved by memcpy of a large buffer (read + write), every rank at once.
@@ -188,6 +207,9 @@ struct Measured {
   double flops_per_rank = 0;   // matrix FLOPs of one step on one rank
   double local_params = 0;     // fp32 parameters one rank updates
   std::int64_t m = 0, n = 0, k = 0;  // the GEMM whose rate the floor uses
+  // The MLP: its products' three shapes (forward, input and weight gradient) are measured and
+  // the fastest rate counts. False (the transformer): the forward product's rate.
+  bool three_products = false;
 };
 
 // Times o.steps train steps (after o.warmup) of `loss_fn` on `batch`; `comm_bytes` receives the
@@ -262,8 +284,15 @@ Measured run_mlp(const Options& o, int world_size) {
   const double flops_total = matmuls * 2.0 * o.batch * o.depth * o.depth;
   const double flops_per_rank = flops_total / static_cast<double>(data_size * model_size);
   // The GEMM of the step's forward matmul on one rank: [B/data, d] x [d, d/model].
-  return {mesh_shape, ms, comm_bytes, flops_per_rank, local_param_count(infos, mesh_shape), o.batch / data_size,
-          o.depth / model_size, o.depth};
+  return {mesh_shape,
+          ms,
+          comm_bytes,
+          flops_per_rank,
+          local_param_count(infos, mesh_shape),
+          o.batch / data_size,
+          o.depth / model_size,
+          o.depth,
+          true};
 }
 
 // train_lm's default mesh for the rank count: data=2,seq=2,model=2 on 8 ranks, else data only.
@@ -319,7 +348,7 @@ Measured run_lm(const Options& o, int world_size) {
   const std::int64_t token_shards = size_of(models::kDataAxis) * size_of(models::kSeqAxis);
   const std::int64_t model_size = size_of(models::kModelAxis);
   return {mesh_shape, ms, comm_bytes, flops_per_rank, local_param_count(infos, mesh_shape), o.batch * o.seq_len / token_shards,
-          o.d_ff / model_size, o.d_model};
+          o.d_ff / model_size, o.d_model, false};
 }
 
 int run(const Options& o, int world_rank, int world_size) {
@@ -347,19 +376,25 @@ int run(const Options& o, int world_rank, int world_size) {
   const double flops_per_rank = w.flops_per_rank;
   const double bytes_per_rank = 28.0 * w.local_params;
   const std::int64_t m = w.m, n = w.n, k = w.k;
-  const double gemm_rate = measure_gemm_rate(m, n, k, o.measure_seconds);
+  const GemmRates rates = measure_gemm_rates(m, n, k, w.three_products, o.measure_seconds);
+  const double gemm_seconds = flops_per_rank / rates.best();
   const double copy_bw = measure_copy_bandwidth(static_cast<std::size_t>(o.copy_mib) << 20, o.measure_seconds);
   const double stream_bw = measure_adam_stream_bandwidth(static_cast<std::int64_t>(w.local_params), o.measure_seconds);
-  const double floor_ms = 1e3 * (flops_per_rank / gemm_rate + bytes_per_rank / std::max(copy_bw, stream_bw));
+  const double floor_ms = 1e3 * (gemm_seconds + bytes_per_rank / std::max(copy_bw, stream_bw));
   const double med = median(ms);
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   const double peak_rss = allreduce(static_cast<double>(usage.ru_maxrss) * 1024.0, MPI_MAX);  // ru_maxrss: KiB
 
   if (root) {
-    std::printf("{\"bench\":\"gemm\",\"ranks\":%d,\"m\":%lld,\"n\":%lld,\"k\":%lld,\"gflops_per_rank\":%.3f}\n",
+    std::printf("{\"bench\":\"gemm\",\"ranks\":%d,\"m\":%lld,\"n\":%lld,\"k\":%lld,\"gflops_per_rank\":%.3f",
                 world_size, static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k),
-                gemm_rate / 1e9);
+                rates.forward / 1e9);
+    if (w.three_products) {
+      std::printf(",\"input_grad_gflops_per_rank\":%.3f,\"weight_grad_gflops_per_rank\":%.3f", rates.input_grad / 1e9,
+                  rates.weight_grad / 1e9);
+    }
+    std::printf("}\n");
     std::printf("{\"bench\":\"copy\",\"ranks\":%d,\"mib\":%lld,\"gb_per_s_per_rank\":%.3f}\n", world_size,
                 static_cast<long long>(o.copy_mib),
                 copy_bw / 1e9);
