@@ -1,8 +1,8 @@
 // Local compute kernels. The matrix product goes through Eigen's GEMM on row-major maps (no
 // copies for transposed operands), except products with a thin side (a small batch through a
-// layer), which have their own kernels below; the rest are plain loops the compiler vectorizes. bf16
-// operands are converted to f32, computed in f32 and the result rounded once (f32 accumulation
-// in GEMMs and reductions, one rounding per element for elementwise ops).
+// layer), which have their own kernels below; the rest are plain loops the compiler
+// vectorizes. bf16 operands are converted to f32, computed in f32 and the result rounded once
+// (f32 accumulation in GEMMs and reductions, one rounding per element for elementwise ops).
 #include "core/kernels.h"
 
 #include <Eigen/Core>
@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
+#include <utility>
 
 #include "core/error.h"
 
@@ -55,7 +57,6 @@ std::vector<std::int64_t> broadcast_strides(const Shape& shape, const Shape& out
   return strides;
 }
 
-
 // Products with a thin side, the shapes of a layer applied to a small batch: Eigen packs the
 // whole large operand before its kernel runs (for x[8, d] @ W[d, d] it copies W, then reads the
 // copy: two passes over the weight where one suffices). These kernels read every operand in
@@ -72,6 +73,18 @@ struct Vec {
   static constexpr int lanes = 64 / sizeof(T);
   typedef T type __attribute__((vector_size(64), aligned(sizeof(T))));
 };
+
+// Calls block(std::integral_constant<int, R>{}, i) over the rows [0, m) in blocks of R = Max
+// rows, then once for the R < Max rows left, if any: the kernels' register tiles take their
+// row count as a compile-time size.
+template <int Max, class Block>
+void for_row_blocks(std::int64_t m, Block&& block) {
+  std::int64_t i = 0;
+  for (; i + Max <= m; i += Max) block(std::integral_constant<int, Max>{}, i);
+  [&]<int... R>(std::integer_sequence<int, R...>) {
+    ((m - i == R + 1 ? block(std::integral_constant<int, R + 1>{}, i) : void()), ...);
+  }(std::make_integer_sequence<int, Max - 1>{});
+}
 
 // C[m, n] (+)= op(A)[m, k] B[k, n], B row-major and not transposed, over the rows [l0, l1) of B
 // (the columns of op(A)). Rows of C in blocks of R (<= 8), columns in strips of two vectors:
@@ -130,24 +143,16 @@ constexpr std::int64_t kSkinnyPanel = 32;
 template <class T>
 void skinny_nn(const T* A, const T* B, T* C, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a,
                bool accumulate) {
-  for (std::int64_t l0 = 0; l0 < k || l0 == 0; l0 += kSkinnyPanel) {
+  // At least one panel, so that k = 0 still writes C (zeros, or C as it was).
+  std::int64_t l0 = 0;
+  do {
     const std::int64_t l1 = std::min(k, l0 + kSkinnyPanel);
     const bool add = accumulate || l0 > 0;
-    std::int64_t i = 0;
-    for (; i + kSkinnyRows <= m; i += kSkinnyRows) {
-      skinny_rows<T, kSkinnyRows>(A, B, C, i, m, n, k, l0, l1, trans_a, add);
-    }
-    switch (m - i) {
-      case 7: skinny_rows<T, 7>(A, B, C, i, m, n, k, l0, l1, trans_a, add); break;
-      case 6: skinny_rows<T, 6>(A, B, C, i, m, n, k, l0, l1, trans_a, add); break;
-      case 5: skinny_rows<T, 5>(A, B, C, i, m, n, k, l0, l1, trans_a, add); break;
-      case 4: skinny_rows<T, 4>(A, B, C, i, m, n, k, l0, l1, trans_a, add); break;
-      case 3: skinny_rows<T, 3>(A, B, C, i, m, n, k, l0, l1, trans_a, add); break;
-      case 2: skinny_rows<T, 2>(A, B, C, i, m, n, k, l0, l1, trans_a, add); break;
-      case 1: skinny_rows<T, 1>(A, B, C, i, m, n, k, l0, l1, trans_a, add); break;
-      default: break;
-    }
-  }
+    for_row_blocks<kSkinnyRows>(m, [&](auto rows, std::int64_t i) {
+      skinny_rows<T, decltype(rows)::value>(A, B, C, i, m, n, k, l0, l1, trans_a, add);
+    });
+    l0 = l1;
+  } while (l0 < k);
 }
 
 // C[m, n] (+)= A[m, k] B[n, k]^T with m <= 16, A row-major: each element a dot product of a row
@@ -186,24 +191,17 @@ void skinny_dots(const T* A, const T* B, T* C, std::int64_t row0, std::int64_t j
   }
 }
 
-template <class T, int J>
-void skinny_dots_rows(const T* A, const T* B, T* C, std::int64_t m, std::int64_t j0, std::int64_t n, std::int64_t k,
-                      bool accumulate) {
-  std::int64_t i = 0;
-  for (; i + 4 <= m; i += 4) skinny_dots<T, 4, J>(A, B, C, i, j0, n, k, accumulate);
-  switch (m - i) {
-    case 3: skinny_dots<T, 3, J>(A, B, C, i, j0, n, k, accumulate); break;
-    case 2: skinny_dots<T, 2, J>(A, B, C, i, j0, n, k, accumulate); break;
-    case 1: skinny_dots<T, 1, J>(A, B, C, i, j0, n, k, accumulate); break;
-    default: break;
-  }
-}
-
 template <class T>
 void skinny_nt(const T* A, const T* B, T* C, std::int64_t m, std::int64_t n, std::int64_t k, bool accumulate) {
+  // Rows of B in blocks of 4 (then one at a time), each against the rows of A in blocks of 4.
+  auto columns = [&](auto rows_of_b, std::int64_t j) {
+    for_row_blocks<4>(m, [&](auto rows_of_a, std::int64_t i) {
+      skinny_dots<T, decltype(rows_of_a)::value, decltype(rows_of_b)::value>(A, B, C, i, j, n, k, accumulate);
+    });
+  };
   std::int64_t j = 0;
-  for (; j + 4 <= n; j += 4) skinny_dots_rows<T, 4>(A, B, C, m, j, n, k, accumulate);
-  for (; j < n; ++j) skinny_dots_rows<T, 1>(A, B, C, m, j, n, k, accumulate);
+  for (; j + 4 <= n; j += 4) columns(std::integral_constant<int, 4>{}, j);
+  for (; j < n; ++j) columns(std::integral_constant<int, 1>{}, j);
 }
 
 // One product by the thin kernels when its shape is one of theirs; false otherwise.

@@ -72,12 +72,13 @@ TEST(Kernels, EinsumMatchesLoopsForEveryLayout) {
 
 // batched_gemm on the shapes of a layer over a small batch (a thin m, or a thin k as in a weight
 // gradient), which take their own kernels, and on shapes on either side of their limits (16
-// rows; strips of 32 f32 or 16 f64 columns), every transposition, with and without accumulation.
+// rows; strips of 32 f32 or 16 f64 columns; every count of rows left after blocks of 8 and of
+// 4), every transposition, with and without accumulation.
 // The operands are multiples of 1/8 with small numerators: every sum is exact in f32, so the
 // result must equal the loops' exactly whatever the order of the additions.
 TEST(Kernels, GemmOfThinShapesEqualsLoops) {
   for (DType dtype : {DType::f32, DType::f64}) {
-    for (std::int64_t m : {1, 3, 7, 8, 9, 16, 17, 40}) {
+    for (std::int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 14, 16, 17, 40}) {
       for (std::int64_t n : {1, 15, 16, 31, 32, 33, 70}) {
         for (std::int64_t k : {1, 5, 16, 17, 40}) {
           for (int layout = 0; layout < 8; ++layout) {
