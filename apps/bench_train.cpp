@@ -3,8 +3,9 @@
 // measured in the same run:
 //   floor = matrix FLOPs per rank / GEMM rate + 28 bytes per fp32 parameter per rank / bandwidth
 // where the GEMM rate is the fastest of the MLP layer's three products on one rank (forward,
-// input gradient, weight gradient; the transformer: its MLP up-projection), bandwidth is the larger of memcpy's on a large buffer and that of a fused pass with
-// Adam's own streams (read p, g, m, v; write p, m, v) over this rank's parameter count.
+// input gradient, weight gradient; the transformer: its MLP up-projection), and bandwidth is
+// the larger of memcpy's on a large buffer and that of a fused pass with Adam's own streams
+// (read p, g, m, v; write p, m, v) over this rank's parameter count.
 // The transformer's matrix FLOPs per step are 3x its forward's (each matmul has a weight and an
 // input gradient): per token and layer 2*d*3d (q, k, v) + 2*d*d (o) + 2*2*d*d_ff (MLP), per
 // token 2*d*vocab (unembedding), and per sequence, layer and head 2*2*d_head*s(s+1)/2 for the

@@ -3,7 +3,8 @@
 # adam_stream and train_step lines, and the step's floor is the one docs/design.md defines:
 #   floor_ms = 1e3 * (gflop_per_rank / gemm rate + mb_per_rank * 1e-3 / max(copy, adam_stream) GB/s)
 # with the gemm rate the fastest of the MLP's three products (forward, input gradient, weight
-# gradient; all three printed and positive), within 1% (the fields are printed to 3 or 4 digits), and ratio = ms_median / floor_ms.
+# gradient; all three printed and positive), within 1% (the fields are printed to 3 or 4
+# digits), and ratio = ms_median / floor_ms.
 set -uo pipefail
 out=$("$@") || { echo "FAIL: bench_train exited with $?" >&2; exit 1; }
 echo "$out"
