@@ -67,6 +67,8 @@ std::vector<std::int64_t> broadcast_strides(const Shape& shape, const Shape& out
 // SSE, as the target allows).
 constexpr int kSkinnyRows = 8;   // rows of C held in registers at once
 constexpr int kSkinnyLimit = 16;  // the thin side's largest size for these kernels
+// How many strips ahead skinny_rows prefetches B's rows (4 strips: 512 bytes of f32).
+constexpr std::int64_t kSkinnyPrefetch = 4;
 
 template <class T>
 struct Vec {
@@ -89,12 +91,16 @@ void for_row_blocks(std::int64_t m, Block&& block) {
 // C[m, n] (+)= op(A)[m, k] B[k, n], B row-major and not transposed, over the rows [l0, l1) of B
 // (the columns of op(A)). Rows of C in blocks of R (<= 8), columns in strips of two vectors:
 // R x 2 accumulators stay in registers over the panel's rows, so each element of B is loaded
-// once per row block (once in all when m <= 8).
-template <class T, int R>
+// once per row block (once in all when m <= 8). With Prefetch, each of the panel's rows is
+// prefetched kSkinnyPrefetch strips ahead of the strip being read: a panel reads its rows side by
+// side, more streams than the hardware prefetcher follows (B [4096, 4096] from memory, m = 8:
+// 4.5 ms without, 3.3-3.5 with, against 2.9 ms for one sequential read of its 64 MiB).
+template <class T, int R, bool Prefetch>
 void skinny_rows(const T* A, const T* B, T* C, std::int64_t row0, std::int64_t m, std::int64_t n, std::int64_t k,
                  std::int64_t l0, std::int64_t l1, bool trans_a, bool accumulate) {
   using V = typename Vec<T>::type;
   constexpr std::int64_t L = Vec<T>::lanes;
+  constexpr std::int64_t ahead = kSkinnyPrefetch * 2 * L;  // elements
   const std::int64_t a_row = trans_a ? 1 : k, a_col = trans_a ? m : 1;  // a(i, l) = A[i * a_row + l * a_col]
   const T* a = A + row0 * a_row;
   T* c = C + row0 * n;
@@ -112,6 +118,11 @@ void skinny_rows(const T* A, const T* B, T* C, std::int64_t row0, std::int64_t m
     }
     for (std::int64_t l = l0; l < l1; ++l) {
       V b0, b1;
+      if constexpr (Prefetch) {
+        // Past the row's end it touches the next row or nothing: a prefetch never faults.
+        __builtin_prefetch(B + l * n + j + ahead, 0, 0);
+        __builtin_prefetch(B + l * n + j + ahead + L, 0, 0);
+      }
       std::memcpy(&b0, B + l * n + j, sizeof(V));
       std::memcpy(&b1, B + l * n + j + L, sizeof(V));
       for (int r = 0; r < R; ++r) {
@@ -136,7 +147,7 @@ void skinny_rows(const T* A, const T* B, T* C, std::int64_t row0, std::int64_t m
 
 // B is taken in panels of kSkinnyPanel rows: a strip of two vectors across all k rows of B would
 // touch a new row (a new page, for a wide B) at every step, where a panel reads a few rows
-// front to back, as the hardware prefetches them; C (m <= 16 rows, or a small k: one panel)
+// front to back, prefetched ahead; C (m <= 16 rows, or a small k: one panel)
 // is reread once per panel, from cache.
 constexpr std::int64_t kSkinnyPanel = 32;
 
@@ -149,7 +160,12 @@ void skinny_nn(const T* A, const T* B, T* C, std::int64_t m, std::int64_t n, std
     const std::int64_t l1 = std::min(k, l0 + kSkinnyPanel);
     const bool add = accumulate || l0 > 0;
     for_row_blocks<kSkinnyRows>(m, [&](auto rows, std::int64_t i) {
-      skinny_rows<T, decltype(rows)::value>(A, B, C, i, m, n, k, l0, l1, trans_a, add);
+      // B is the large operand (a weight, read from memory) unless k is the thin side.
+      if (k > kSkinnyLimit) {
+        skinny_rows<T, decltype(rows)::value, true>(A, B, C, i, m, n, k, l0, l1, trans_a, add);
+      } else {
+        skinny_rows<T, decltype(rows)::value, false>(A, B, C, i, m, n, k, l0, l1, trans_a, add);
+      }
     });
     l0 = l1;
   } while (l0 < k);
