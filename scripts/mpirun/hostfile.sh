@@ -24,6 +24,7 @@ fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 flags=(--hostfile "$hostfile" --map-by slot --bind-to none
        --mca btl_vader_single_copy_mechanism none --mca io romio321
+       --mca btl_vader_eager_limit 65536 --mca btl_vader_max_send_size 262144
        -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM)
 # The slots the hostfile claims; more ranks than that oversubscribes (and yields when idle).
 slots=$(awk '!/^[[:space:]]*(#|$)/ { s = 1; for (i = 2; i <= NF; i++) if ($i ~ /^slots=/) { split($i, a, "="); s = a[2] } total += s } END { print total + 0 }' "$hostfile")

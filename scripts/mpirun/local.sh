@@ -15,7 +15,11 @@ if ! [[ "$n" =~ ^[1-9][0-9]*$ ]]; then
   exit 2
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-flags=(--bind-to none --mca btl_vader_single_copy_mechanism none --mca io romio321)
+# Shared memory without single copy hands every message above the eager limit (4 KiB) through a
+# handshake and 32 KiB fragments, each waiting for the receiver to run: 64 KiB eager messages and
+# 256 KiB fragments (docs/design.md, "Running MPI on these machines").
+flags=(--bind-to none --mca btl_vader_single_copy_mechanism none --mca io romio321
+       --mca btl_vader_eager_limit 65536 --mca btl_vader_max_send_size 262144)
 if [ "$n" -gt "$(nproc)" ]; then
   flags+=(--oversubscribe)
 fi
