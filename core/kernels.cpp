@@ -116,12 +116,14 @@ void skinny_rows(const T* A, const T* B, T* C, std::int64_t row0, std::int64_t m
         }
       }
     }
+    // The columns this strip prefetches in each row, kept inside the row (near its end, the
+    // row's last element: already fetched, harmless).
+    const std::int64_t p0 = std::min(j + ahead, n - 1), p1 = std::min(j + ahead + L, n - 1);
     for (std::int64_t l = l0; l < l1; ++l) {
       V b0, b1;
       if constexpr (Prefetch) {
-        // Past the row's end it touches the next row or nothing: a prefetch never faults.
-        __builtin_prefetch(B + l * n + j + ahead, 0, 0);
-        __builtin_prefetch(B + l * n + j + ahead + L, 0, 0);
+        __builtin_prefetch(B + l * n + p0, 0, 0);
+        __builtin_prefetch(B + l * n + p1, 0, 0);
       }
       std::memcpy(&b0, B + l * n + j, sizeof(V));
       std::memcpy(&b1, B + l * n + j + L, sizeof(V));
