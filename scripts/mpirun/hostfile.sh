@@ -2,7 +2,7 @@
 # hostfile.sh HOSTFILE N PROGRAM [ARGS...]: run PROGRAM on N ranks spread over the hosts of an
 # Open MPI hostfile ("node01 slots=16" per line), started over ssh. Every host needs the same
 # path to PROGRAM (a shared file system or an identical copy) and password-less ssh.
-# Same settings as local.sh: root allowed, no shared-memory single copy, ROMIO for MPI-IO;
+# Same settings as local.sh: root allowed, the Open MPI settings of scripts/mpirun/mca-params.conf;
 # ranks fill each host's slots in order, so a mesh's minor axes stay inside a node.
 # Extra mpirun flags can be passed in TESSERA_MPIRUN_FLAGS (e.g. "--mca btl_tcp_if_include eth0").
 set -euo pipefail
@@ -22,9 +22,8 @@ if ! [[ "$n" =~ ^[1-9][0-9]*$ ]]; then
   exit 2
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-flags=(--hostfile "$hostfile" --map-by slot --bind-to none
-       --mca btl_vader_single_copy_mechanism none --mca io romio321
-       --mca btl_vader_eager_limit 65536 --mca btl_vader_max_send_size 262144
+source "$(dirname "${BASH_SOURCE[0]}")/mca_flags.sh"
+flags=(--hostfile "$hostfile" --map-by slot --bind-to none "${tessera_mca[@]}"
        -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM)
 # The slots the hostfile claims; more ranks than that oversubscribes (and yields when idle).
 slots=$(awk '!/^[[:space:]]*(#|$)/ { s = 1; for (i = 2; i <= NF; i++) if ($i ~ /^slots=/) { split($i, a, "="); s = a[2] } total += s } END { print total + 0 }' "$hostfile")

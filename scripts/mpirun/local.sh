@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # local.sh N PROGRAM [ARGS...]: run PROGRAM on N ranks of this machine.
 # Oversubscribes when N exceeds the cores and yields when idle when N fills them, allows running as root,
-# turns off shared-memory single copy (fails without ptrace rights in containers) and uses
-# ROMIO for MPI-IO (Open MPI 4.1's ompio has collective-write hangs with parallel HDF5).
+# and passes the Open MPI settings of scripts/mpirun/mca-params.conf (shared-memory single copy off,
+# ROMIO for MPI-IO, shared memory's eager limit and fragment size).
 set -euo pipefail
 if [ $# -lt 2 ]; then
   echo "usage: $0 N PROGRAM [ARGS...]" >&2
@@ -15,11 +15,10 @@ if ! [[ "$n" =~ ^[1-9][0-9]*$ ]]; then
   exit 2
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# Shared memory without single copy hands every message above the eager limit (4 KiB) through a
-# handshake and 32 KiB fragments, each waiting for the receiver to run: 64 KiB eager messages and
-# 256 KiB fragments (docs/design.md, "Running MPI on these machines").
-flags=(--bind-to none --mca btl_vader_single_copy_mechanism none --mca io romio321
-       --mca btl_vader_eager_limit 65536 --mca btl_vader_max_send_size 262144)
+# The Open MPI settings of every launch (single copy off, ROMIO, shared memory's eager limit and
+# fragment size): scripts/mpirun/mca-params.conf, read by mca_flags.sh.
+source "$(dirname "${BASH_SOURCE[0]}")/mca_flags.sh"
+flags=(--bind-to none "${tessera_mca[@]}")
 if [ "$n" -gt "$(nproc)" ]; then
   flags+=(--oversubscribe)
 fi
