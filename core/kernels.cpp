@@ -548,6 +548,63 @@ Tensor gelu_tanh_kernel(const Tensor& x, bool grad, const char* what) {
 Tensor gelu_tanh(const Tensor& x) { return gelu_tanh_kernel(x, false, "gelu_tanh"); }
 Tensor gelu_tanh_grad(const Tensor& x) { return gelu_tanh_kernel(x, true, "gelu_tanh_grad"); }
 
+namespace {
+
+// The exponent below which softmax_last writes 0: Eigen's vectorized exp clamps its argument
+// near -88 (f32) and -709 (f64), where std::exp gives a subnormal or 0.
+template <class T>
+constexpr T softmax_exp_floor() {
+  return std::is_same_v<T, float> ? T(-87) : T(-708);
+}
+
+// The row width and row count of a softmax over the last dimension.
+std::pair<std::int64_t, std::int64_t> softmax_rows(const Tensor& x) {
+  const std::int64_t width = x.shape().empty() ? 1 : x.shape().back();
+  return {width, width == 0 ? 0 : x.numel() / width};
+}
+
+}  // namespace
+
+Tensor softmax_last(const Tensor& x) {
+  require_float(x, "softmax");
+  if (is_bf16(x)) return to_bf16(softmax_last(to_f32(x)));
+  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  const auto [width, rows] = softmax_rows(x);
+  dispatch_float(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const auto v = ArrayIn<T>(x.data<T>() + r * width, width);
+      auto o = ArrayOut<T>(out.data<T>() + r * width, width);
+      o = v - v.maxCoeff();
+      o = (o < softmax_exp_floor<T>()).select(T(0), o.exp());
+      o /= o.sum();
+    }
+  });
+  return out;
+}
+
+Tensor softmax_last_grad(const Tensor& y, const Tensor& g) {
+  require_float(y, "softmax_grad");
+  if (g.shape() != y.shape() || g.dtype() != y.dtype()) {
+    throw ShapeError("softmax_grad: gradient " + shape_to_string(g.shape()) + " " + std::string(dtype_name(g.dtype())) +
+                     " does not match the softmax " + shape_to_string(y.shape()) + " " +
+                     std::string(dtype_name(y.dtype())));
+  }
+  if (is_bf16(y)) return to_bf16(softmax_last_grad(to_f32(y), to_f32(g)));
+  Tensor out = Tensor::empty(y.shape(), y.dtype());
+  const auto [width, rows] = softmax_rows(y);
+  dispatch_float(y.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const auto p = ArrayIn<T>(y.data<T>() + r * width, width);
+      const auto d = ArrayIn<T>(g.data<T>() + r * width, width);
+      const T dot = (p * d).sum();
+      ArrayOut<T>(out.data<T>() + r * width, width) = p * (d - dot);
+    }
+  });
+  return out;
+}
+
 Tensor affine(const Tensor& x, double scale, double shift) {
   require_float(x, "affine");
   if (is_bf16(x)) return to_bf16(affine(to_f32(x), scale, shift));

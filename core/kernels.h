@@ -36,6 +36,12 @@ Tensor unary(UnaryOp op, const Tensor& x);
 // one vectorized pass (Eigen's tanh).
 Tensor gelu_tanh(const Tensor& x);
 Tensor gelu_tanh_grad(const Tensor& x);
+// Softmax over the last dimension: each row's exp(x - max) over its sum, one vectorized exp
+// per element (Eigen's). Exponents below -87 (f32) or -708 (f64), where the vectorized exp
+// clamps its argument, give 0, so masked (-inf) entries are exactly 0. bf16 runs in f32.
+Tensor softmax_last(const Tensor& x);
+// Its derivative: given the softmax y and the output gradient g, y * (g - sum(g * y)) per row.
+Tensor softmax_last_grad(const Tensor& y, const Tensor& g);
 // x * scale + shift
 Tensor affine(const Tensor& x, double scale, double shift = 0.0);
 // a + scale * b, same shapes

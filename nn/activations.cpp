@@ -4,8 +4,10 @@
 #include <cmath>
 #include <numbers>
 
+#include "collectives/reshard.h"
 #include "core/bfloat16.h"
 #include "core/error.h"
+#include "core/kernels.h"
 #include "nn/ops.h"
 #include "nn/propagation.h"
 
@@ -102,8 +104,23 @@ Var rsqrt(const Var& x, double eps) {
 }
 
 Var softmax(const Var& x) {
-  if (x.ndim() < 1) throw ShapeError("softmax: needs at least one dimension");
-  return exp(log_softmax(x));
+  const int last = x.ndim() - 1;
+  if (last < 0) throw ShapeError("softmax: needs at least one dimension");
+  // One fused kernel each way (core/kernels.h): the normalisation needs the whole last
+  // dimension on each rank, and the backward pass needs only the saved output.
+  ShardedTensor in = resolve_partial(x.value());
+  if (!in.spec().axes(last).empty()) {
+    Spec whole = in.spec();
+    whole.dims[last].clear();
+    in = reshard(in, whole);
+  }
+  ShardedTensor y(in.mesh(), in.spec(), in.global_shape(), tessera::softmax_last(in.local()));
+  ShardedTensor saved = y;
+  return make_result("softmax", std::move(y), {x}, [saved](const ShardedTensor& g, GradSink& sink) {
+    const ShardedTensor gl = to_spec(g, saved.spec());
+    sink.add(0, ShardedTensor(saved.mesh(), saved.spec(), saved.global_shape(),
+                              tessera::softmax_last_grad(saved.local(), gl.local())));
+  });
 }
 
 }  // namespace tessera::nn

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "collectives/reshard.h"
 #include "core/bfloat16.h"
@@ -25,12 +26,21 @@ void rotate(const Tensor& in, Tensor& out, std::int64_t seq_offset, double base,
   const std::int64_t batch = s[0], seq = s[1], heads = s[2], dh = s[3], half = dh / 2;
   const T* x = in.data<T>();
   T* y = out.data<T>();
+  // The angles' cosines and signed sines, [seq, half]: computed once per call, not per sequence.
+  std::vector<double> cosines(static_cast<std::size_t>(seq * half)), sines(cosines.size());
+  for (std::int64_t p = 0; p < seq; ++p) {
+    const double pos = static_cast<double>(seq_offset + p);
+    for (std::int64_t i = 0; i < half; ++i) {
+      const double angle = pos * std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(dh));
+      cosines[static_cast<std::size_t>(p * half + i)] = std::cos(angle);
+      sines[static_cast<std::size_t>(p * half + i)] = sign * std::sin(angle);
+    }
+  }
   for (std::int64_t b = 0; b < batch; ++b) {
     for (std::int64_t p = 0; p < seq; ++p) {
-      const double pos = static_cast<double>(seq_offset + p);
       for (std::int64_t i = 0; i < half; ++i) {
-        const double angle = pos * std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(dh));
-        const double c = std::cos(angle), sn = sign * std::sin(angle);
+        const double c = cosines[static_cast<std::size_t>(p * half + i)];
+        const double sn = sines[static_cast<std::size_t>(p * half + i)];
         for (std::int64_t h = 0; h < heads; ++h) {
           const std::int64_t at = ((b * seq + p) * heads + h) * dh;
           const double x1 = x[at + i], x2 = x[at + i + half];

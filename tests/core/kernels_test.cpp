@@ -201,6 +201,50 @@ TEST(Kernels, ElementwiseEdgesAndGelu) {
   }
 }
 
+TEST(Kernels, SoftmaxOverTheLastDimensionAndItsGradient) {
+  // Rows of 37 (not a multiple of any vector width): ordinary values, a causal row with -inf
+  // entries, a row whose spread underflows the exponential, and bf16 (computed in f32).
+  const std::int64_t width = 37;
+  Tensor x64({3, width}, DType::f64), g64({3, width}, DType::f64);
+  for (std::int64_t j = 0; j < width; ++j) {
+    x64.data<double>()[j] = (j * 7 % 11) * 0.61 - 3.0;
+    x64.data<double>()[width + j] = j > 5 ? -std::numeric_limits<double>::infinity() : j * 0.25;
+    x64.data<double>()[2 * width + j] = j == 3 ? 1000.0 : j == 4 ? 0.0 : -1000.0;
+    for (int r = 0; r < 3; ++r) g64.data<double>()[r * width + j] = ((j * 5 + r) % 9) * 0.3 - 1.2;
+  }
+  for (DType dtype : {DType::f64, DType::f32, DType::bf16}) {
+    const Tensor x = x64.astype(dtype), g = g64.astype(dtype);
+    const Tensor y = softmax_last(x), dx = softmax_last_grad(y, g);
+    ASSERT_EQ(y.dtype(), dtype);
+    ASSERT_EQ(dx.dtype(), dtype);
+    const double tolerance = dtype == DType::f64 ? 1e-14 : dtype == DType::f32 ? 2e-6 : 1e-2;
+    for (int r = 0; r < 3; ++r) {
+      double max = -std::numeric_limits<double>::infinity(), total = 0, dot = 0;
+      for (std::int64_t j = 0; j < width; ++j) max = std::max(max, x.at(r * width + j));
+      for (std::int64_t j = 0; j < width; ++j) total += std::exp(x.at(r * width + j) - max);
+      for (std::int64_t j = 0; j < width; ++j) dot += g.at(r * width + j) * std::exp(x.at(r * width + j) - max) / total;
+      for (std::int64_t j = 0; j < width; ++j) {
+        const double want = std::exp(x.at(r * width + j) - max) / total;
+        EXPECT_NEAR(y.at(r * width + j), want, tolerance) << dtype_name(dtype) << " row " << r << " column " << j;
+        EXPECT_NEAR(dx.at(r * width + j), want * (g.at(r * width + j) - dot), 4 * tolerance)
+            << dtype_name(dtype) << " row " << r << " column " << j;
+      }
+    }
+    // Masked and underflowing entries are exactly 0, the dominant one exactly 1.
+    EXPECT_EQ(y.at(width + 6), 0.0) << dtype_name(dtype);
+    EXPECT_EQ(y.at(width + width - 1), 0.0) << dtype_name(dtype);
+    EXPECT_EQ(y.at(2 * width + 3), 1.0) << dtype_name(dtype);
+    EXPECT_EQ(y.at(2 * width + 4), 0.0) << dtype_name(dtype);
+    EXPECT_EQ(y.at(2 * width), 0.0) << dtype_name(dtype);
+  }
+  try {
+    softmax_last_grad(Tensor({2, 3}, DType::f32), Tensor({3, 2}, DType::f32));
+    FAIL();
+  } catch (const ShapeError& e) {
+    EXPECT_STREQ(e.what(), "softmax_grad: gradient [3, 2] f32 does not match the softmax [2, 3] f32");
+  }
+}
+
 TEST(Kernels, ReductionsAndPermutation) {
   Tensor x = values({2, 3, 4}, 3);
   Tensor s = reduce_sum(x, {0, 2});
