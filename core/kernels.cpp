@@ -573,10 +573,12 @@ Tensor softmax_last(const Tensor& x) {
   dispatch_float(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     for (std::int64_t r = 0; r < rows; ++r) {
-      const auto v = ArrayIn<T>(x.data<T>() + r * width, width);
-      auto o = ArrayOut<T>(out.data<T>() + r * width, width);
-      o = v - v.maxCoeff();
-      o = (o < softmax_exp_floor<T>()).select(T(0), o.exp());
+      const T* in = x.data<T>() + r * width;
+      T* row = out.data<T>() + r * width;
+      auto o = ArrayOut<T>(row, width);
+      const T max = ArrayIn<T>(in, width).maxCoeff();
+      o = (ArrayIn<T>(in, width) - max).exp();  // vectorized; an Eigen select() around it is not
+      for (std::int64_t j = 0; j < width; ++j) row[j] = in[j] - max < softmax_exp_floor<T>() ? T(0) : row[j];
       o /= o.sum();
     }
   });
