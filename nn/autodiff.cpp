@@ -76,7 +76,8 @@ class Accumulator : public GradSink {
     }
     auto& slot = grads_[in];
     // Computed before `grad` is moved into the call (argument order is unspecified).
-    const Spec target = keep_raw_.count(in) ? (slot ? slot->spec() : grad.spec()) : cotangent_spec(in->value);
+    const Spec target =
+        keep_raw_.count(in) || in->passes_cotangent ? (slot ? slot->spec() : grad.spec()) : cotangent_spec(in->value);
     accumulate(slot, std::move(grad), target);
   }
 
@@ -101,7 +102,10 @@ class Accumulator : public GradSink {
   }
 
   bool wants(int input) const override { return node_.inputs.at(input).requires_grad(); }
-  bool keeps_raw(int input) const override { return keep_raw_.count(node_.inputs.at(input).node().get()) > 0; }
+  bool keeps_raw(int input) const override {
+    const Node* in = node_.inputs.at(input).node().get();
+    return in->passes_cotangent || keep_raw_.count(const_cast<Node*>(in)) > 0;
+  }
 
  private:
   std::unordered_map<Node*, std::optional<ShardedTensor>>& grads_;
@@ -156,8 +160,14 @@ std::vector<std::optional<ShardedTensor>> gradients(const Var& y, const ShardedT
     node->backward(g, sink);
   }
   for (std::size_t i = 0; i < wrt.size(); ++i) {
-    auto found = grads.find(wrt[i].node().get());
-    if (found != grads.end() && found->second) out[i] = std::move(*found->second);
+    Node* node = wrt[i].node().get();
+    auto found = grads.find(node);
+    if (found == grads.end() || !found->second) continue;
+    out[i] = std::move(*found->second);
+    // A reshard's result asked for by the caller: its cotangent was kept as it arrived.
+    if (node->passes_cotangent && !keep_raw.count(node) && !(out[i]->spec() == cotangent_spec(node->value))) {
+      out[i] = reshard(std::move(*out[i]), cotangent_spec(node->value));
+    }
   }
   return out;
 }

@@ -9,7 +9,9 @@ namespace tessera::nn {
 Var reshard(const Var& x, const Spec& target) {
   ShardedTensor y = to_spec(x.value(), target);
   // The cotangent is resharded to x's spec by the tape when it is accumulated.
-  return make_result("reshard", std::move(y), {x}, [](const ShardedTensor& g, GradSink& sink) { sink.add(0, g); });
+  Var out = make_result("reshard", std::move(y), {x}, [](const ShardedTensor& g, GradSink& sink) { sink.add(0, g); });
+  out.node()->passes_cotangent = true;
+  return out;
 }
 
 Var with_sharding_constraint(const Var& x, const Spec& spec) {

@@ -3,6 +3,9 @@
 // output's cotangent into the inputs' cotangents. Cotangents are global values too; each one is
 // resharded to its primal's spec (without partial axes) as it is accumulated, so that partial
 // contributions are resolved by reshard and never by collectives written in an op or a layer.
+// The exception is a reshard's result (Node::passes_cotangent): its cotangent is handed on as it
+// arrives, so the one reshard is to the reshard's input spec (the transpose of an all-gather is
+// a reduce-scatter, as in JAX).
 #pragma once
 
 #include <functional>
@@ -48,6 +51,10 @@ struct Node {
   std::string op;  // "leaf", "einsum", ... (for messages)
   std::vector<Var> inputs;
   Backward backward;
+  // The backward hands its cotangent to its one input unchanged (reshard): the tape keeps the
+  // cotangent in the spec it arrives in, so that it is resharded once, to the input's spec (a
+  // partial sum reduce-scattered straight to a split, not all-reduced and then sliced).
+  bool passes_cotangent = false;
 };
 
 // The result of an op. When no input requires a gradient, or a NoTape is alive on this thread,
@@ -81,7 +88,8 @@ class GradSink {
   // Whether inputs[input] needs a cotangent at all.
   virtual bool wants(int input) const = 0;
   // Whether inputs[input]'s cotangent is kept as accumulated, possibly partial (a requested
-  // variable with GradOptions::reduce_to_spec false), rather than resharded to its spec.
+  // variable with GradOptions::reduce_to_spec false, or a reshard's result), rather than
+  // resharded to its spec.
   virtual bool keeps_raw(int input) const { return false; }
 };
 

@@ -236,6 +236,31 @@ TEST(Transformer, SequenceSplitGathersOnlyKeysAndValues) {
   EXPECT_EQ(gathers, 2 * model.config.layers);
 }
 
+// The backward of those gathers: the cotangent of the whole-sequence K and V is a partial sum
+// over seq, reduce-scattered straight back to the split (the tape keeps a reshard's cotangent as
+// it arrives), never all-reduced whole and then sliced.
+TEST(Transformer, SequenceSplitGradientsOfKeysAndValuesAreReduceScattered) {
+  if (world_size() != 2) GTEST_SKIP() << "the mesh seq=2";
+  Mesh mesh = Mesh::world(MeshShape::parse("seq=2"));
+  const Transformer model{tiny(false, false)};
+  const ParamTree params = params_on(model, mesh);
+  auto [tokens, labels] = batch_of(mesh, 0);
+  CommScope scope;
+  value_and_grad(params, loss_of(model), Batch{tokens, labels});
+  int gathers = 0, scatters = 0;
+  for (const auto& r : scope.records()) {
+    if (r.op == CommOp::all_gather) ++gathers;
+    if (r.op == CommOp::reduce_scatter) {
+      ++scatters;
+      EXPECT_EQ(r.axes, Axes{"seq"});
+      EXPECT_EQ(r.dim, 1);
+      EXPECT_EQ(r.bytes, kBatch * kSeq / 2 * 16 * 8);  // one half of K's or V's cotangent, f64
+    }
+  }
+  EXPECT_EQ(gathers, 2 * model.config.layers);
+  EXPECT_EQ(scatters, 2 * model.config.layers);
+}
+
 // Rematerialised blocks: loss and gradients bit for bit those of the plain tape, on every mesh,
 // loop and stacked, with FSDP.
 TEST(Transformer, RematGivesTheSameGradientsBitForBit) {
