@@ -4,7 +4,6 @@
 #include <cmath>
 #include <numbers>
 
-#include "collectives/reshard.h"
 #include "core/bfloat16.h"
 #include "core/error.h"
 #include "core/kernels.h"
@@ -108,12 +107,7 @@ Var softmax(const Var& x) {
   if (last < 0) throw ShapeError("softmax: needs at least one dimension");
   // One fused kernel each way (core/kernels.h): the normalisation needs the whole last
   // dimension on each rank, and the backward pass needs only the saved output.
-  ShardedTensor in = resolve_partial(x.value());
-  if (!in.spec().axes(last).empty()) {
-    Spec whole = in.spec();
-    whole.dims[last].clear();
-    in = reshard(in, whole);
-  }
+  const ShardedTensor in = whole_along(x.value(), last);
   ShardedTensor y(in.mesh(), in.spec(), in.global_shape(), tessera::softmax_last(in.local()));
   ShardedTensor saved = y;
   return make_result("softmax", std::move(y), {x}, [saved](const ShardedTensor& g, GradSink& sink) {

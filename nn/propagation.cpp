@@ -14,6 +14,12 @@ ShardedTensor resolve_partial(const ShardedTensor& x) {
   return x.spec().is_partial() ? reshard(x, x.spec().without_partial()) : x;
 }
 
+ShardedTensor whole_along(const ShardedTensor& x, int dim) {
+  Spec want = x.spec().without_partial();
+  want.dims[dim].clear();
+  return to_spec(x, want);
+}
+
 ShardedTensor to_spec(const ShardedTensor& x, const Spec& target) {
   return x.spec() == target ? x : reshard(x, target);
 }

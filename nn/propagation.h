@@ -12,6 +12,9 @@ namespace tessera::nn {
 std::int64_t reshard_bytes(const ShardedTensor& x, const Spec& target);
 // x with its partial axes summed away (one reduction), or x itself when it has none.
 ShardedTensor resolve_partial(const ShardedTensor& x);
+// x with its partial axes summed away and dimension `dim` whole on every rank (one reshard), or
+// x itself when it is so already: the operand of an op that works along `dim` (softmax, concat).
+ShardedTensor whole_along(const ShardedTensor& x, int dim);
 // x resharded to `target` unless it is there already (no copy of the data then).
 ShardedTensor to_spec(const ShardedTensor& x, const Spec& target);
 // "'name' [shape] spec": how an op's error message names an operand.

@@ -114,12 +114,7 @@ Var log_softmax(const Var& x) {
   const int last = x.ndim() - 1;
   if (last < 0) throw ShapeError("log_softmax: needs at least one dimension");
   // The normalisation needs the whole last dimension on each rank.
-  ShardedTensor in = resolve_partial(x.value());
-  if (!in.spec().axes(last).empty()) {
-    Spec whole = in.spec();
-    whole.dims[last].clear();
-    in = reshard(in, whole);
-  }
+  const ShardedTensor in = whole_along(x.value(), last);
   const Tensor& v = in.local();
   Tensor max = reduce_max(v, {last}, true);
   Tensor shifted = tessera::binary(BinaryOp::sub, v, max);

@@ -93,13 +93,6 @@ ShardedTensor permute_value(const ShardedTensor& x, const std::vector<int>& perm
   return ShardedTensor(x.mesh(), std::move(spec), std::move(shape), permute_dims(x.local(), perm));
 }
 
-// x with `dim` unsplit and no partial axes (resharded if it is not so already).
-ShardedTensor whole_along(const ShardedTensor& x, int dim) {
-  Spec want = x.spec().without_partial();
-  want.dims[dim].clear();
-  return to_spec(x, want);
-}
-
 // x (whole along dim) placed at `start` of dimension `dim` in zeros of extent `extent` there.
 ShardedTensor pad_along(const ShardedTensor& x, int dim, std::int64_t start, std::int64_t extent) {
   Shape shape = x.global_shape();
