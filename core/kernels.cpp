@@ -557,11 +557,9 @@ constexpr T softmax_exp_floor() {
   return std::is_same_v<T, float> ? T(-87) : T(-708);
 }
 
-// The row width and row count of a softmax over the last dimension.
-std::pair<std::int64_t, std::int64_t> softmax_rows(const Tensor& x) {
-  const std::int64_t width = x.shape().empty() ? 1 : x.shape().back();
-  return {width, width == 0 ? 0 : x.numel() / width};
-}
+// The row width of a softmax over the last dimension (plain variables, not a structured
+// binding: clang does not let the dtype lambdas capture one).
+std::int64_t softmax_width(const Tensor& x) { return x.shape().empty() ? 1 : x.shape().back(); }
 
 }  // namespace
 
@@ -569,7 +567,7 @@ Tensor softmax_last(const Tensor& x) {
   require_float(x, "softmax");
   if (is_bf16(x)) return to_bf16(softmax_last(to_f32(x)));
   Tensor out = Tensor::empty(x.shape(), x.dtype());
-  const auto [width, rows] = softmax_rows(x);
+  const std::int64_t width = softmax_width(x), rows = width == 0 ? 0 : x.numel() / width;
   dispatch_float(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     for (std::int64_t r = 0; r < rows; ++r) {
@@ -594,7 +592,7 @@ Tensor softmax_last_grad(const Tensor& y, const Tensor& g) {
   }
   if (is_bf16(y)) return to_bf16(softmax_last_grad(to_f32(y), to_f32(g)));
   Tensor out = Tensor::empty(y.shape(), y.dtype());
-  const auto [width, rows] = softmax_rows(y);
+  const std::int64_t width = softmax_width(y), rows = width == 0 ? 0 : y.numel() / width;
   dispatch_float(y.dtype(), [&](auto zero) {
     using T = decltype(zero);
     for (std::int64_t r = 0; r < rows; ++r) {
