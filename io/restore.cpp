@@ -4,20 +4,26 @@
 // Phases, each ended by one agreement:
 //   1. rank 0 resolves the directory to its newest complete checkpoint; the name is broadcast;
 //   2. every rank checks that it sees the file and that it is HDF5 (no collective open of a file
-//      some rank cannot read);
-//   3. collective open; root attributes and every wanted dataset validated (format name and
-//      version, presence, global shape, dtype);
-//   4. blocks read with INDEPENDENT reads, so that a failure (a Fletcher32 mismatch, a short
-//      read) is local to the ranks whose blocks touch the bad chunk, which record it and go on
-//      to the collective close and the agreement.
+//      some rank cannot read); rank 0 alone opens it with HDF5 and validates the root attributes
+//      and every wanted dataset (format name and version, presence, global shape, dtype,
+//      storage, every chunk's stored size and filter mask), and writes a plan: per array, every
+//      chunk's file offset and digest entry, or, for a small dataset that is not chunked as
+//      tessera saves it (the compact /opt_state/count), its elements. One broadcast hands the
+//      plan to every rank, so the metadata is read once, not once per rank (8 ranks on 2 cores:
+//      HDF5's collective open and the validation took 35-40 ms of a 90 ms restore of 96 MiB);
+//   3. a collective MPI_File_open; every rank reads its blocks with INDEPENDENT reads, so that a
+//      failure (a Fletcher32 mismatch, a short read) is local to the ranks whose blocks touch the
+//      bad chunk, which record it and go on to the collective close and the agreement.
 //
 // A dataset stored as tessera saves it (chunked, Fletcher32 its only filter, little-endian) is
 // read without HDF5's filter pipeline: each chunk that overlaps the rank's block is read with
 // MPI_File_read_at, straight into the block when the chunk lies in it as one run of memory (the
 // common case of restoring onto the saved spec), else into a buffer from which the overlap is
 // copied, and its checksum is checked here (io/fletcher32.h) against the 4 bytes stored after
-// it. HDF5 would read each chunk into its own buffer, check it there and copy it out. Any
-// other dataset (a compact scalar, a file from another writer) goes through H5Dread.
+// it. HDF5 would read each chunk into its own buffer, check it there and copy it out. A larger
+// dataset of another writer (contiguous, compressed, big-endian) is read by every rank with
+// H5Dread after a collective H5Fopen, which only such a file pays for.
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
@@ -130,6 +136,195 @@ std::vector<hsize_t> direct_chunk_shape(hid_t dataset, const std::string& contex
   return chunk;
 }
 
+// What rank 0 found of one wanted array, broadcast to every rank (see the top of the file).
+struct ArrayPlan {
+  enum class Kind : std::uint8_t { chunks, whole, hdf5 };
+  Kind kind = Kind::hdf5;
+  Shape shape;                           // the dataset's global shape, as validated
+  DType dtype = DType::f32;              // its element type, as validated
+  std::vector<std::uint64_t> chunk;      // chunks: the chunk shape
+  std::vector<std::uint64_t> addresses;  // chunks: each chunk's file offset, in row-major chunk-grid order
+  std::vector<std::uint32_t> digest;     // chunks: each chunk's checksum in that order (empty in version 1)
+  std::string data;                      // whole: every element, row-major
+};
+
+struct RestorePlan {
+  std::int64_t step = 0;
+  std::uint64_t seed = 0;
+  std::string config;
+  std::vector<ArrayPlan> arrays;
+};
+
+// A dataset that is neither chunked as tessera saves it nor larger than this is read whole by
+// rank 0 and broadcast (a compact scalar such as /opt_state/count, a small array of another
+// writer); a larger one is read by every rank through HDF5.
+constexpr std::uint64_t whole_limit = std::uint64_t{1} << 20;
+
+// The plan as bytes for one broadcast, and back. The bytes come from rank 0 of the same job.
+class PlanWriter {
+ public:
+  template <class T>
+  void put(T value) {
+    bytes_.append(reinterpret_cast<const char*>(&value), sizeof value);
+  }
+  template <class T>
+  void put_vector(const std::vector<T>& values) {
+    put<std::uint64_t>(values.size());
+    bytes_.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
+  }
+  void put_string(const std::string& text) {
+    put<std::uint64_t>(text.size());
+    bytes_ += text;
+  }
+  std::string take() { return std::move(bytes_); }
+
+ private:
+  std::string bytes_;
+};
+
+class PlanReader {
+ public:
+  explicit PlanReader(const std::string& bytes) : bytes_(bytes) {}
+  template <class T>
+  T get() {
+    T value;
+    std::memcpy(&value, take(sizeof value), sizeof value);
+    return value;
+  }
+  template <class T>
+  std::vector<T> get_vector() {
+    const auto count = get<std::uint64_t>();
+    if (count > (bytes_.size() - at_) / sizeof(T)) overrun();
+    std::vector<T> values(count);
+    if (count > 0) std::memcpy(values.data(), take(count * sizeof(T)), count * sizeof(T));
+    return values;
+  }
+  std::string get_string() {
+    const auto count = get<std::uint64_t>();
+    if (count > bytes_.size() - at_) overrun();
+    return std::string(take(count), count);
+  }
+  bool done() const { return at_ == bytes_.size(); }
+
+ private:
+  const char* take(std::size_t count) {
+    if (count > bytes_.size() - at_) overrun();
+    const char* p = bytes_.data() + at_;
+    at_ += count;
+    return p;
+  }
+  [[noreturn]] static void overrun() { throw Error("restore_checkpoint: internal error: the broadcast plan is cut off"); }
+  const std::string& bytes_;
+  std::size_t at_ = 0;
+};
+
+std::string serialize(const RestorePlan& plan) {
+  PlanWriter out;
+  out.put(plan.step);
+  out.put(plan.seed);
+  out.put_string(plan.config);
+  out.put<std::uint64_t>(plan.arrays.size());
+  for (const ArrayPlan& array : plan.arrays) {
+    out.put(array.kind);
+    out.put(array.dtype);
+    out.put_vector(array.shape);
+    out.put_vector(array.chunk);
+    out.put_vector(array.addresses);
+    out.put_vector(array.digest);
+    out.put_string(array.data);
+  }
+  return out.take();
+}
+
+RestorePlan deserialize(const std::string& bytes) {
+  PlanReader in(bytes);
+  RestorePlan plan;
+  plan.step = in.get<std::int64_t>();
+  plan.seed = in.get<std::uint64_t>();
+  plan.config = in.get_string();
+  const auto arrays = in.get<std::uint64_t>();
+  for (std::uint64_t i = 0; i < arrays; ++i) {
+    ArrayPlan array;
+    array.kind = in.get<ArrayPlan::Kind>();
+    array.dtype = in.get<DType>();
+    array.shape = in.get_vector<std::int64_t>();
+    array.chunk = in.get_vector<std::uint64_t>();
+    array.addresses = in.get_vector<std::uint64_t>();
+    array.digest = in.get_vector<std::uint32_t>();
+    array.data = in.get_string();
+    plan.arrays.push_back(std::move(array));
+  }
+  if (!in.done()) throw Error("restore_checkpoint: internal error: the broadcast plan is longer than its arrays");
+  return plan;
+}
+
+// H5Dread of `dataset`'s selection into `out`, with the error named as restore names it.
+void hdf5_read(hid_t dataset, DType dtype, hid_t memory, hid_t file_space, hid_t transfer, void* out,
+               const std::string& context) {
+  if (H5Dread(dataset, format::memory_type(dtype), memory, file_space, transfer, out) >= 0) return;
+  std::string stack = take_hdf5_error_stack();
+  const bool checksum = stack.find("checksum") != std::string::npos || stack.find("Fletcher") != std::string::npos ||
+                        stack.find("filter") != std::string::npos;
+  throw IoError(context + (checksum ? ": data failed its Fletcher32 checksum (the file is corrupt): "
+                                    : ": H5Dread failed: ") +
+                stack);
+}
+
+// Rank 0: every wanted dataset validated, and where each chunk of it lies.
+ArrayPlan plan_array(hid_t file, const std::string& path, const CheckpointArray& target, std::int64_t version) {
+  const std::string context = "restore_checkpoint: " + format::dataset_context(path, target.path);
+  H5Handle dataset = open_validated(file, path, target);
+  const ShardedTensor& want = target.tensor();
+  ArrayPlan plan;
+  plan.shape = want.global_shape();
+  plan.dtype = want.dtype();
+  const std::vector<hsize_t> chunk =
+      plan.shape.empty() || numel(plan.shape) == 0 ? std::vector<hsize_t>{} : direct_chunk_shape(dataset.get(), context);
+  if (!chunk.empty()) {
+    plan.kind = ArrayPlan::Kind::chunks;
+    plan.chunk.assign(chunk.begin(), chunk.end());
+    std::uint64_t chunk_bytes = dtype_size(plan.dtype);
+    std::uint64_t chunks = 1;  // bounded by the elements, which validated_storage bounded by the file
+    std::vector<hsize_t> grid(chunk.size());
+    for (std::size_t d = 0; d < chunk.size(); ++d) {
+      chunk_bytes *= chunk[d];
+      grid[d] = (static_cast<hsize_t>(plan.shape[d]) + chunk[d] - 1) / chunk[d];
+      chunks *= grid[d];
+    }
+    if (version >= 2) plan.digest = format::read_chunk_digest(dataset.get(), chunks, context);
+    plan.addresses.reserve(chunks);
+    std::vector<hsize_t> coords(chunk.size(), 0), start(chunk.size());
+    for (std::uint64_t i = 0; i < chunks; ++i) {
+      for (std::size_t d = 0; d < chunk.size(); ++d) start[d] = coords[d] * chunk[d];
+      plan.addresses.push_back(checkpoint_io::filtered_chunk_address(dataset.get(), start, chunk_bytes, context));
+      for (std::size_t d = chunk.size(); d-- > 0;) {  // odometer, last dimension fastest
+        if (++coords[d] < grid[d]) break;
+        coords[d] = 0;
+      }
+    }
+    return plan;
+  }
+  const std::uint64_t bytes = static_cast<std::uint64_t>(numel(plan.shape)) * dtype_size(plan.dtype);
+  if (bytes > whole_limit) return plan;  // Kind::hdf5
+  plan.kind = ArrayPlan::Kind::whole;
+  plan.data.resize(bytes);
+  if (bytes > 0) hdf5_read(dataset.get(), plan.dtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, plan.data.data(), context);
+  return plan;
+}
+
+// Rank 0: the root attributes and a plan for every wanted array, through one process's HDF5.
+RestorePlan make_plan(const std::string& file, const CheckpointState& target) {
+  const std::string context = "restore_checkpoint: " + format::file_context(file);
+  H5Handle access = checkpoint_io::local_file_access(context);
+  H5Handle handle = file_handle(H5Fopen(file.c_str(), H5F_ACC_RDONLY, access.get()), "H5Fopen", context);
+  CheckpointState meta;
+  const std::int64_t version = read_root(handle.get(), file, meta);
+  RestorePlan plan{meta.step, meta.seed, std::move(meta.config), {}};
+  for (const auto& array : target.arrays) plan.arrays.push_back(plan_array(handle.get(), file, array, version));
+  handle.close(context);
+  return plan;
+}
+
 // `bytes` bytes at `offset` of the file into `out`, or IoError (a short read means the file
 // was cut off).
 void read_exactly(MPI_File handle, std::uint64_t offset, void* out, std::uint64_t bytes, const std::string& context) {
@@ -151,14 +346,14 @@ void read_exactly(MPI_File handle, std::uint64_t offset, void* out, std::uint64_
 }
 
 // Reads every chunk overlapping [offsets, offsets + block) into `local` (see the top of the file).
-// `digest` (empty for a version 1 file): each chunk's checksum in chunk-grid order, so that a chunk
-// that was never written (zeros, whose checksum 0 matches its zero trailer) is caught.
-void read_block_direct(hid_t dataset, MPI_File handle, const std::vector<hsize_t>& chunk,
-                       const std::vector<std::int64_t>& offsets, Tensor& local,
-                       const std::vector<std::uint32_t>& digest, const Shape& global, const std::string& context) {
+// The plan's digest (empty for a version 1 file) catches a chunk that was never written (zeros,
+// whose checksum 0 matches its zero trailer).
+void read_block_direct(const ArrayPlan& plan, MPI_File handle, const std::vector<std::int64_t>& offsets, Tensor& local,
+                       const std::string& context) {
   const Shape& block = local.shape();
   const std::size_t rank = block.size();
   const std::size_t element = dtype_size(local.dtype());
+  const std::vector<hsize_t> chunk(plan.chunk.begin(), plan.chunk.end());
   std::uint64_t chunk_bytes = element;
   for (auto c : chunk) chunk_bytes *= c;
   const Shape chunk_shape(chunk.begin(), chunk.end());
@@ -174,13 +369,16 @@ void read_block_direct(hid_t dataset, MPI_File handle, const std::vector<hsize_t
     std::vector<hsize_t> start(rank);
     bool inside = true;  // the whole chunk lies in the block
     std::uint64_t first = 0;
+    std::uint64_t flat = 0;  // the chunk's index in the row-major chunk grid
     for (std::size_t d = 0; d < rank; ++d) {
       start[d] = coords[d] * chunk[d];
       const auto begin = static_cast<std::int64_t>(start[d]);
       inside = inside && begin >= offsets[d] && begin + static_cast<std::int64_t>(chunk[d]) <= offsets[d] + block[d];
       first = first * static_cast<std::uint64_t>(block[d]) + static_cast<std::uint64_t>(std::max<std::int64_t>(begin - offsets[d], 0));
+      const std::uint64_t grid = (static_cast<std::uint64_t>(plan.shape[d]) + chunk[d] - 1) / chunk[d];
+      flat = flat * grid + coords[d];
     }
-    const haddr_t address = checkpoint_io::filtered_chunk_address(dataset, start, chunk_bytes, context);
+    const std::uint64_t address = plan.addresses.at(flat);
     const bool direct = inside && contiguous;
     if (!direct && !buffer) buffer = Tensor::empty(chunk_shape, local.dtype());
     void* target = direct ? static_cast<void*>(static_cast<std::byte*>(local.raw()) + first * element) : buffer->raw();
@@ -194,17 +392,10 @@ void read_block_direct(hid_t dataset, MPI_File handle, const std::vector<hsize_t
                     checkpoint_io::coords_text(start) + " stores " + std::to_string(want) + ", its bytes sum to " +
                     std::to_string(got));
     }
-    if (!digest.empty()) {
-      std::uint64_t flat = 0;  // the chunk's index in the row-major chunk grid
-      for (std::size_t d = 0; d < rank; ++d) {
-        const std::uint64_t grid = (static_cast<std::uint64_t>(global[d]) + chunk[d] - 1) / chunk[d];
-        flat = flat * grid + coords[d];
-      }
-      if (digest[flat] != got) {
-        throw IoError(context + ": chunk at " + checkpoint_io::coords_text(start) + " sums to " + std::to_string(got) +
-                      " but the checkpoint's digest says " + std::to_string(digest[flat]) +
-                      " (its data was never written or was replaced; the file is incomplete)");
-      }
+    if (!plan.digest.empty() && plan.digest.at(flat) != got) {
+      throw IoError(context + ": chunk at " + checkpoint_io::coords_text(start) + " sums to " + std::to_string(got) +
+                    " but the checkpoint's digest says " + std::to_string(plan.digest[flat]) +
+                    " (its data was never written or was replaced; the file is incomplete)");
     }
     if (!direct) {
       std::vector<std::int64_t> in_chunk(rank), in_block(rank);
@@ -230,11 +421,21 @@ void read_block_direct(hid_t dataset, MPI_File handle, const std::vector<hsize_t
   }
 }
 
-// This rank's block of the target, read from the dataset into the target's own storage.
-void read_array(hid_t dataset, hid_t transfer, MPI_File handle, const std::string& path, CheckpointArray& target,
-                std::int64_t version) {
+// This rank's block of the target, read into the target's own storage as the plan says:
+// `dataset` is the array's dataset opened by every rank (Kind::hdf5 only).
+void read_array(const ArrayPlan& plan, hid_t dataset, hid_t transfer, MPI_File handle, const std::string& path,
+                CheckpointArray& target) {
   const std::string context = "restore_checkpoint: " + format::dataset_context(path, target.path);
   ShardedTensor& want = target.tensor();
+  // Rank 0 validated its own target; every rank's must be the same array.
+  if (want.global_shape() != plan.shape) {
+    throw IoError(context + ": global shape is " + shape_to_string(plan.shape) + " in the file, " +
+                  shape_to_string(want.global_shape()) + " wanted");
+  }
+  if (want.dtype() != plan.dtype) {
+    throw IoError(context + ": dtype is " + std::string(dtype_name(plan.dtype)) + " in the file, " +
+                  std::string(dtype_name(want.dtype())) + " wanted");
+  }
   const Mesh& mesh = want.mesh();
   const Shape block = local_shape(want.spec(), mesh.shape(), want.global_shape(), mesh.coords());
   Tensor& local = want.local();  // every element is read, or zeroed below
@@ -246,32 +447,33 @@ void read_array(hid_t dataset, hid_t transfer, MPI_File handle, const std::strin
   const bool take_part = numel(block) > 0 && is_partial_holder(want.spec(), mesh.shape(), mesh.coords());
   if (!take_part) {
     local.fill_zero();
-  } else {
-    auto offsets = tessera::block_offsets(want.spec(), mesh.shape(), want.global_shape(), mesh.coords());
-    const std::vector<hsize_t> chunk = block.empty() ? std::vector<hsize_t>{} : direct_chunk_shape(dataset, context);
-    if (!chunk.empty()) {
-      std::vector<std::uint32_t> digest;
-      if (version >= 2) {
-        std::uint64_t chunks = 1;
-        for (std::size_t d = 0; d < chunk.size(); ++d) {
-          chunks *= (static_cast<std::uint64_t>(want.global_shape()[d]) + chunk[d] - 1) / chunk[d];
-        }
-        digest = format::read_chunk_digest(dataset, chunks, context);
+    return;
+  }
+  const auto offsets = tessera::block_offsets(want.spec(), mesh.shape(), want.global_shape(), mesh.coords());
+  switch (plan.kind) {
+    case ArrayPlan::Kind::chunks:
+      read_block_direct(plan, handle, offsets, local, context);
+      break;
+    case ArrayPlan::Kind::whole: {
+      if (plan.data.size() != static_cast<std::size_t>(numel(plan.shape)) * dtype_size(plan.dtype)) {
+        throw Error(context + ": internal error: the broadcast array has " + std::to_string(plan.data.size()) +
+                    " bytes");
       }
-      read_block_direct(dataset, handle, chunk, offsets, local, digest, want.global_shape(), context);
-    } else {
+      if (block == plan.shape) {
+        std::memcpy(local.raw(), plan.data.data(), plan.data.size());
+      } else {
+        Tensor whole = Tensor::empty(plan.shape, plan.dtype);
+        std::memcpy(whole.raw(), plan.data.data(), plan.data.size());
+        const Tensor part = extract_block(whole, offsets, block);
+        std::memcpy(local.raw(), part.raw(), local.nbytes());
+      }
+      break;
+    }
+    case ArrayPlan::Kind::hdf5: {
       H5Handle file_space = checkpoint_io::select_block(dataset, offsets, block, true, context);
       H5Handle memory = checkpoint_io::memory_space(block, true, context);
-      herr_t status =
-          H5Dread(dataset, format::memory_type(want.dtype()), memory.get(), file_space.get(), transfer, local.raw());
-      if (status < 0) {
-        std::string stack = take_hdf5_error_stack();
-        const bool checksum = stack.find("checksum") != std::string::npos ||
-                              stack.find("Fletcher") != std::string::npos || stack.find("filter") != std::string::npos;
-        throw IoError(context + (checksum ? ": data failed its Fletcher32 checksum (the file is corrupt): "
-                                          : ": H5Dread failed: ") +
-                      stack);
-      }
+      hdf5_read(dataset, want.dtype(), memory.get(), file_space.get(), transfer, local.raw(), context);
+      break;
     }
   }
 }
@@ -290,52 +492,61 @@ void restore_checkpoint_into(const std::string& dir_or_file, CheckpointState& ta
   if (comm.rank() == 0) error = capture_error([&] { file = resolve_checkpoint(dir_or_file, "restore_checkpoint"); });
   checkpoint_io::agree_or_throw_io(comm, error);
   file = broadcast_string(comm, file, 0);
-  checkpoint_io::agree_or_throw_io(comm, capture_error([&] { check_readable(file); }));
+  // Every rank checks that it sees the file; rank 0 alone reads its metadata and plans.
+  std::string plan_bytes;
+  checkpoint_io::agree_or_throw_io(comm, capture_error([&] {
+    check_readable(file);
+    if (comm.rank() == 0) plan_bytes = serialize(make_plan(file, target));
+  }));
+  const RestorePlan plan = deserialize(broadcast_string(comm, plan_bytes, 0));
+  const bool through_hdf5 = std::any_of(plan.arrays.begin(), plan.arrays.end(),
+                                        [](const ArrayPlan& array) { return array.kind == ArrayPlan::Kind::hdf5; });
 
   const std::string context = "restore_checkpoint: " + format::file_context(file);
-  H5Handle handle;
-  error = capture_error([&] {
-    H5Handle access = checkpoint_io::parallel_file_access(comm.handle(), context);
-    handle = file_handle(H5Fopen(checkpoint_io::mpi_io_name(file).c_str(), H5F_ACC_RDONLY, access.get()), "H5Fopen",
-                         context);
-  });
-  checkpoint_io::agree_or_throw_io(comm, error);
-
-  CheckpointState meta;  // the root attributes
-  std::vector<H5Handle> datasets;
-  std::int64_t version = 0;
-  error = capture_error([&] {
-    version = read_root(handle.get(), file, meta);
-    for (const auto& array : target.arrays) datasets.push_back(open_validated(handle.get(), file, array));
-  });
-  auto agreed = first_error(comm, error);
   MPI_File raw = MPI_FILE_NULL;
-  if (!agreed) {
-    const int rc = MPI_File_open(comm.handle(), checkpoint_io::mpi_io_name(file).c_str(), MPI_MODE_RDONLY,
-                                 MPI_INFO_NULL, &raw);
-    if (rc != MPI_SUCCESS) error = context + ": MPI_File_open failed: " + mpi_error_text(rc);
+  const int rc =
+      MPI_File_open(comm.handle(), checkpoint_io::mpi_io_name(file).c_str(), MPI_MODE_RDONLY, MPI_INFO_NULL, &raw);
+  if (rc != MPI_SUCCESS) error = context + ": MPI_File_open failed: " + mpi_error_text(rc);
+  auto agreed = first_error(comm, error);
+  // Only a dataset of another writer too large to broadcast needs every rank's HDF5 (collective).
+  H5Handle handle;
+  std::vector<H5Handle> datasets(plan.arrays.size());
+  if (!agreed && through_hdf5) {
+    error = capture_error([&] {
+      H5Handle access = checkpoint_io::parallel_file_access(comm.handle(), context);
+      handle = file_handle(H5Fopen(checkpoint_io::mpi_io_name(file).c_str(), H5F_ACC_RDONLY, access.get()), "H5Fopen",
+                           context);
+      for (std::size_t i = 0; i < plan.arrays.size(); ++i) {
+        if (plan.arrays[i].kind != ArrayPlan::Kind::hdf5) continue;
+        const std::string name = format::dataset_name(target.arrays[i].path);
+        datasets[i] = dataset_handle(H5Dopen2(handle.get(), name.c_str(), H5P_DEFAULT), "H5Dopen2",
+                                     "restore_checkpoint: " + format::dataset_context(file, target.arrays[i].path));
+      }
+    });
     agreed = first_error(comm, error);
   }
   if (!agreed) {
     error = capture_error([&] {
       H5Handle transfer = checkpoint_io::transfer_properties(H5FD_MPIO_INDEPENDENT, context);
       for (std::size_t i = 0; i < target.arrays.size(); ++i) {
-        read_array(datasets[i].get(), transfer.get(), raw, file, target.arrays[i], version);
+        read_array(plan.arrays[i], datasets[i].valid() ? datasets[i].get() : H5I_INVALID_HID, transfer.get(), raw,
+                   file, target.arrays[i]);
       }
     });
   }
   if (raw != MPI_FILE_NULL) {
-    const int rc = MPI_File_close(&raw);
-    if (rc != MPI_SUCCESS && !error) error = context + ": MPI_File_close failed: " + mpi_error_text(rc);
+    const int close_rc = MPI_File_close(&raw);
+    if (close_rc != MPI_SUCCESS && !error) error = context + ": MPI_File_close failed: " + mpi_error_text(close_rc);
   }
   // Every rank closes (collective) whatever happened, then the outcome is agreed.
   datasets.clear();
-  auto close_error = capture_error([&] { handle.close(context); });
+  std::optional<std::string> close_error;
+  if (through_hdf5) close_error = capture_error([&] { handle.close(context); });
   if (agreed) checkpoint_io::throw_io_error(*agreed);
   checkpoint_io::agree_or_throw_io(comm, error ? error : close_error);
-  target.step = meta.step;
-  target.seed = meta.seed;
-  target.config = std::move(meta.config);
+  target.step = plan.step;
+  target.seed = plan.seed;
+  target.config = plan.config;
 }
 
 CheckpointState restore_checkpoint(const std::string& dir_or_file, const CheckpointState& target) {
