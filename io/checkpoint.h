@@ -32,13 +32,23 @@ struct SaveOptions {
   // buffering's aggregators, and never reads a gap back (data sieving).
   std::vector<std::pair<std::string, std::string>> mpi_io_hints = {{"romio_cb_write", "disable"},
                                                                    {"romio_ds_write", "disable"}};
+  // Checkpoints beyond `keep` are unlinked by a thread of rank 0 after the save returns (holding
+  // the directory's lock if the save took it), so the step does not wait for the file system to
+  // free them; the next save, wait_for_pruning() and the process's exit wait for it. false:
+  // removed before the save returns.
+  bool prune_in_background = true;
 };
+
+// Rank 0 (a no-op elsewhere): waits until the removal of old checkpoints a save left running
+// is done, so that the directory holds at most `keep` of them.
+void wait_for_pruning();
 
 // Collective over the arrays' mesh (MPI_COMM_WORLD when there are no arrays). Writes
 // <dir>/ckpt_<step, 8 digits>.h5 (rank 0 lays it out, each block's owner writes its chunks with
 // one collective MPI-IO write) atomically: under a temporary name, fsync'd after every rank
 // closed it, then one rename by rank 0, then the `latest` pointer file, then checkpoints beyond
-// `keep` and leftovers of interrupted saves are removed. Returns the final path. Arrays must be
+// `keep` and leftovers of interrupted saves are removed (by default on a thread of rank 0 after
+// the save returns: SaveOptions::prune_in_background). Returns the final path. Arrays must be
 // on one mesh and not partial (reshard them first). Each block is written once: only the
 // replica at coordinate 0 of every mesh axis the spec does not use writes.
 std::string save_checkpoint(const CheckpointState& state, const std::string& dir, const SaveOptions& options = {});

@@ -12,6 +12,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <thread>
+
+#include <mpi.h>
 
 #include "core/error.h"
 #include "io/checkpoint.h"
@@ -124,8 +127,8 @@ int create_exclusive(const std::string& path) {
   return fd;
 }
 
-std::vector<std::string> prune(const std::string& dir, int keep, const std::string& just_written) {
-  std::vector<std::string> removed;
+std::vector<std::string> prunable(const std::string& dir, int keep, const std::string& just_written) {
+  std::vector<std::string> doomed;
   std::error_code ec;
   auto complete = list_complete(dir);
   // The file just written stays whatever its step: `latest` names it (another run's higher
@@ -137,26 +140,74 @@ std::vector<std::string> prune(const std::string& dir, int keep, const std::stri
   }
   const std::size_t others_kept = static_cast<std::size_t>(std::max(0, keep - (protected_name.empty() ? 0 : 1)));
   if (keep > 0 && others.size() > others_kept) {
-    for (std::size_t i = 0; i + others_kept < others.size(); ++i) {
-      if (fs::remove(others[i], ec)) removed.push_back(others[i]);
-    }
+    for (std::size_t i = 0; i + others_kept < others.size(); ++i) doomed.push_back(others[i]);
   }
   // Collected first: removing entries while iterating a directory is unspecified.
-  std::vector<fs::path> leftovers;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     if (!name.ends_with(temporary_suffix)) continue;
     const std::string base = name.substr(0, name.size() - std::strlen(temporary_suffix));
-    if (parse_file_name(base) || base == latest_name) leftovers.push_back(it->path());
+    if (parse_file_name(base) || base == latest_name) doomed.push_back(it->path().string());
   }
-  for (const auto& path : leftovers) {
-    std::error_code remove_error;
-    if (fs::remove(path, remove_error)) removed.push_back(path.string());
+  return doomed;
+}
+
+std::vector<std::string> remove_files(const std::vector<std::string>& paths) {
+  std::vector<std::string> removed;
+  for (const auto& path : paths) {
+    if (::unlink(path.c_str()) == 0) removed.push_back(path);
   }
   return removed;
 }
 
+std::vector<std::string> prune(const std::string& dir, int keep, const std::string& just_written) {
+  return remove_files(prunable(dir, keep, just_written));
+}
+
+namespace {
+
+// The one removal thread of this process; joined before the next starts and at exit.
+class Remover {
+ public:
+  void start(std::vector<std::string> paths, std::shared_ptr<void> keep_until_done) {
+    wait();
+    int provided = MPI_THREAD_SINGLE;
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (initialized != 0) MPI_Query_thread(&provided);
+    if (initialized != 0 && provided < MPI_THREAD_FUNNELED) {
+      remove_files(paths);
+      return;
+    }
+    worker_ = std::thread([paths = std::move(paths), hold = std::move(keep_until_done)]() mutable {
+      remove_files(paths);
+      hold.reset();
+    });
+  }
+  void wait() {
+    if (worker_.joinable() && worker_.get_id() != std::this_thread::get_id()) worker_.join();
+  }
+  ~Remover() { wait(); }
+
+ private:
+  std::thread worker_;
+};
+
+Remover& remover() {
+  static Remover instance;
+  return instance;
+}
+
+}  // namespace
+
+void remove_in_background(std::vector<std::string> paths, std::shared_ptr<void> keep_until_done) {
+  remover().start(std::move(paths), std::move(keep_until_done));
+}
+
+void wait_for_removals() { remover().wait(); }
+
 std::vector<std::string> remove_checkpoints(const std::string& dir) {
+  wait_for_removals();
   std::vector<std::string> doomed;
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -40,6 +41,20 @@ void commit(const std::string& temporary, const std::string& final_path);
 // removed, even when older checkpoints of higher steps are there: it counts as one of the
 // `keep`, the others kept are the highest steps.
 std::vector<std::string> prune(const std::string& dir, int keep, const std::string& just_written = {});
+// What prune would remove, removing nothing.
+std::vector<std::string> prunable(const std::string& dir, int keep, const std::string& just_written = {});
+// Unlinks each path (a missing one is skipped); returns those removed.
+std::vector<std::string> remove_files(const std::vector<std::string>& paths);
+// Unlinks `paths` on a thread of this process, so that the caller does not wait for the file
+// system to free a large file (8 ranks of 2 cores: 32 ms of a 150 ms save of 96 MiB). `keep_until_done`
+// (a directory lock, or null) is released by that thread when it is done. First waits for the
+// removal started before, so at most one runs. Without MPI_THREAD_FUNNELED (MPI initialised by
+// another caller with MPI_THREAD_SINGLE) the files are removed before it returns.
+void remove_in_background(std::vector<std::string> paths, std::shared_ptr<void> keep_until_done = nullptr);
+// Waits for the removal remove_in_background started, if any (a no-op on that thread itself).
+// Every save waits first, a directory lock waits before it is released, and the process waits
+// at exit.
+void wait_for_removals();
 // Removes every complete checkpoint, leftover temporary file and the `latest` pointer (nothing
 // else: the directory and other files stay). For train_mlp --overwrite. Throws IoError.
 std::vector<std::string> remove_checkpoints(const std::string& dir);

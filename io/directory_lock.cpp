@@ -86,6 +86,8 @@ bool DirectoryLock::held_here(const std::string& dir) {
 }
 
 DirectoryLock::~DirectoryLock() {
+  // A job never releases its directory while this process still removes old checkpoints in it.
+  checkpoint_dir::wait_for_removals();
   {
     std::lock_guard guard(held_mutex);
     held().erase(key_);

@@ -9,7 +9,8 @@
 //   2. every rank writes the chunks inside the blocks it owns (one replica per block), each
 //      followed by the Fletcher32 checksum it computed, in one MPI_File_write_all, and closes;
 //   3. rank 0 writes every dataset's chunk digest (the checksums the owners computed, reduced to
-//      rank 0) into the synced file, then fsyncs, renames, updates `latest` and prunes.
+//      rank 0) into the synced file, then fsyncs, renames, updates `latest` and lists what to
+//      prune, which a thread of rank 0 unlinks after the save returns (SaveOptions).
 // The file is what HDF5's own filtered write would have left: HDF5 reads it and checks every
 // checksum (verify_checkpoint, h5dump, tests/io/chunk_io_test.cpp). Only the fill chunks HDF5
 // would have written first, and the rewrite through one ROMIO aggregator, are gone.
@@ -427,6 +428,8 @@ std::string save_checkpoint(const CheckpointState& state, const std::string& dir
   std::unique_ptr<DirectoryLock> lock;
   if (rank == 0) {
     error = capture_error([&] {
+      // The previous save's removals finish first (and release the lock that save took).
+      checkpoint_dir::wait_for_removals();
       checkpoint_dir::make_directories(dir);
       if (!DirectoryLock::held_here(dir)) lock = DirectoryLock::acquire(dir);
       addresses = write_skeleton(state, chunkings, total_chunks, mesh_shape, temporary);
@@ -455,11 +458,18 @@ std::string save_checkpoint(const CheckpointState& state, const std::string& dir
     error = capture_error([&] {
       write_chunk_digests(state, chunkings, digest, temporary);
       checkpoint_dir::commit(temporary, final_path);
-      checkpoint_dir::prune(dir, options.keep, final_path);
+      if (options.prune_in_background) {
+        checkpoint_dir::remove_in_background(checkpoint_dir::prunable(dir, options.keep, final_path),
+                                             std::shared_ptr<DirectoryLock>(std::move(lock)));
+      } else {
+        checkpoint_dir::prune(dir, options.keep, final_path);
+      }
     });
   }
   agree_or_throw<IoError>(comm, error);
   return final_path;
 }
+
+void wait_for_pruning() { checkpoint_dir::wait_for_removals(); }
 
 }  // namespace tessera

@@ -8,7 +8,10 @@
 namespace tessera {
 
 Environment::Environment(int& argc, char**& argv) {
-  if (!initialized()) check_mpi(MPI_Init(&argc, &argv), "MPI_Init");
+  // FUNNELED: only this thread calls MPI; a save's background removal of old checkpoints
+  // (io/checkpoint_dir.h) is another thread, which never does.
+  int provided = 0;
+  if (!initialized()) check_mpi(MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
   check_mpi(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
 }
 

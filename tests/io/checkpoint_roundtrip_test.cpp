@@ -304,27 +304,43 @@ TEST(CheckpointRoundTrip, PartialSourceIsRefusedOnEveryRank) {
   EXPECT_FALSE(latest_checkpoint(dir.path()).has_value());
 }
 
+// Keep-last-K with old checkpoints removed before the save returns and by rank 0's background
+// thread: with the thread, a save returns with at most K + 1 complete checkpoints (the one it
+// is removing), and exactly K once wait_for_pruning() returns.
 TEST(CheckpointDirectory, LatestPointerAndKeepLastK) {
   Mesh mesh = Mesh::world(meshes_of_size(world_size()).front());
-  TempDir dir("keep");
   const auto defs = model_arrays();
   CheckpointState state = varied_state(mesh, defs, 0, true);
-  for (std::int64_t step : {10, 20, 30, 40, 50}) {
-    state.step = step;
-    save_checkpoint(state, dir.path(), SaveOptions{.keep = 3});
+  for (bool background : {false, true}) {
+    TempDir dir(background ? "keep_background" : "keep");
+    for (std::int64_t step : {10, 20, 30, 40, 50}) {
+      state.step = step;
+      save_checkpoint(state, dir.path(), SaveOptions{.keep = 3, .prune_in_background = background});
+      MPI_Barrier(MPI_COMM_WORLD);
+      const std::size_t saved = static_cast<std::size_t>(step / 10);
+      const std::size_t left = checkpoint_dir::list_complete(dir.path()).size();
+      if (background) {
+        EXPECT_GE(left, std::min<std::size_t>(saved, 3)) << "after step " << step;
+        EXPECT_LE(left, std::min<std::size_t>(saved, 4)) << "after step " << step;
+      } else {
+        EXPECT_EQ(left, std::min<std::size_t>(saved, 3)) << "after step " << step;
+      }
+      MPI_Barrier(MPI_COMM_WORLD);
+    }
+    wait_for_pruning();
+    MPI_Barrier(MPI_COMM_WORLD);
+    auto complete = checkpoint_dir::list_complete(dir.path());
+    ASSERT_EQ(complete.size(), 3u);
+    EXPECT_EQ(complete[0].first, 30);
+    EXPECT_EQ(complete[2].second, dir / "ckpt_00000050.h5");
+    EXPECT_EQ(latest_checkpoint(dir.path()), dir / "ckpt_00000050.h5");
+    std::ifstream pointer(dir / "latest");
+    std::string line;
+    std::getline(pointer, line);
+    EXPECT_EQ(line, "ckpt_00000050.h5");
+    CheckpointState restored = restore_checkpoint(dir.path(), varied_state(mesh, defs, 1, false));
+    EXPECT_EQ(restored.step, 50);
   }
-  MPI_Barrier(MPI_COMM_WORLD);
-  auto complete = checkpoint_dir::list_complete(dir.path());
-  ASSERT_EQ(complete.size(), 3u);
-  EXPECT_EQ(complete[0].first, 30);
-  EXPECT_EQ(complete[2].second, dir / "ckpt_00000050.h5");
-  EXPECT_EQ(latest_checkpoint(dir.path()), dir / "ckpt_00000050.h5");
-  std::ifstream pointer(dir / "latest");
-  std::string line;
-  std::getline(pointer, line);
-  EXPECT_EQ(line, "ckpt_00000050.h5");
-  CheckpointState restored = restore_checkpoint(dir.path(), varied_state(mesh, defs, 1, false));
-  EXPECT_EQ(restored.step, 50);
 }
 
 TEST(CheckpointInspect, InfoVerifyAndOneChunkPerBlock) {
