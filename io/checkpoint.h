@@ -24,8 +24,8 @@ struct SaveOptions {
   int keep = 3;
   // Largest chunk, in bytes: a block bigger than this is stored as several chunks (leading
   // dimensions divided first). 0: HDF5's limit, 4 GiB less the 4 checksum bytes. The default,
-  // 8 MiB, bounds what a save adds to rank 0's memory: HDF5 fills and checksums one chunk-sized
-  // buffer per dataset while rank 0 writes the file's skeleton (two buffers of the largest chunk).
+  // 8 MiB, bounds the buffer a restore reads a chunk into where it straddles the target's blocks,
+  // and the buffer a save packs the edge chunk of a short block into.
   std::uint64_t max_chunk_bytes = std::uint64_t{8} << 20;
   // MPI-IO hints of the collective write of the chunks (ROMIO's names). Each rank writes whole
   // chunks, so the default sends each straight to the file instead of through collective

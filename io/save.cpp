@@ -4,7 +4,7 @@
 // Phases, each ended by one agreement so that every rank throws the same IoError:
 //   1. rank 0 creates the directory and writes the temporary file's skeleton through the skeleton driver
 //      (io/skeleton_driver.h): root attributes, every dataset with its attributes, chunked with
-//      Fletcher32, its chunks allocated but their fill not written; meanwhile every owner
+//      Fletcher32, its chunks allocated by direct chunk writes the driver drops; meanwhile every owner
 //      computes its chunks' checksums; then rank 0 broadcasts the address of every chunk;
 //   2. every rank writes the chunks inside the blocks it owns (one replica per block), each
 //      followed by the Fletcher32 checksum it computed, in one MPI_File_write_all, and closes;
@@ -13,7 +13,7 @@
 //      prune, which a thread of rank 0 unlinks after the save returns (SaveOptions).
 // The file is what HDF5's own filtered write would have left: HDF5 reads it and checks every
 // checksum (verify_checkpoint, h5dump, tests/io/chunk_io_test.cpp). Only the fill chunks HDF5
-// would have written first, and the rewrite through one ROMIO aggregator, are gone.
+// would have filtered and written first, and the rewrite through one ROMIO aggregator, are gone.
 #include <algorithm>
 #include <bit>
 #include <filesystem>
@@ -146,8 +146,8 @@ std::vector<hsize_t> grid_coords(std::size_t index, const std::vector<hsize_t>& 
   return coords;
 }
 
-// Creates one dataset; its chunks are allocated (HDF5 allocates every chunk of a filtered
-// dataset at creation) and the fill HDF5 writes into them is dropped by the skeleton driver.
+// Creates one dataset and allocates its chunks, each by a direct chunk write that the skeleton
+// driver drops (io/skeleton_driver.h: no fill is filtered or written).
 // Scalars are written here: a compact dataset lives in the object header.
 void write_array_skeleton(hid_t file, const CheckpointArray& array, const Chunking& chunking, const std::string& path,
                           std::uint64_t* addresses) {
@@ -170,7 +170,7 @@ void write_array_skeleton(hid_t file, const CheckpointArray& array, const Chunki
       check_h5(H5Pset_chunk(create.get(), static_cast<int>(chunking.chunk.size()), chunking.chunk.data()), "H5Pset_chunk",
                context);
       check_h5(H5Pset_fletcher32(create.get()), "H5Pset_fletcher32", context);
-      check_h5(H5Pset_alloc_time(create.get(), H5D_ALLOC_TIME_EARLY), "H5Pset_alloc_time", context);
+      check_h5(H5Pset_alloc_time(create.get(), H5D_ALLOC_TIME_INCR), "H5Pset_alloc_time", context);
     }
   }
   check_h5(H5Pset_fill_time(create.get(), H5D_FILL_TIME_NEVER), "H5Pset_fill_time", context);
@@ -196,6 +196,7 @@ void write_array_skeleton(hid_t file, const CheckpointArray& array, const Chunki
     for (std::size_t i = 0; i < chunking.count; ++i) {
       std::vector<hsize_t> offset = grid_coords(i, chunking.grid);
       for (std::size_t d = 0; d < offset.size(); ++d) offset[d] *= chunking.chunk[d];
+      checkpoint_io::allocate_chunk(dataset.get(), offset, chunking.chunk_bytes + 4, context);
       addresses[chunking.first + i] =
           checkpoint_io::filtered_chunk_address(dataset.get(), offset, chunking.chunk_bytes, context);
     }

@@ -3,6 +3,7 @@
 #include "io/skeleton_driver.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +14,8 @@
 #include <iterator>
 #include <cstring>
 #include <string>
+
+#include "core/error.h"
 
 namespace tessera::checkpoint_io {
 
@@ -210,6 +213,29 @@ H5Handle skeleton_file_access(std::string_view context) {
   check_h5(H5Pset_driver(fapl.get(), skeleton_driver_id(context), nullptr), "H5Pset_driver", context);
   check_h5(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST), "H5Pset_libver_bounds", context);
   return fapl;
+}
+
+void allocate_chunk(hid_t dataset, const std::vector<hsize_t>& offset, std::uint64_t stored_bytes,
+                    std::string_view context) {
+  const std::string where(context);
+  if (stored_bytes > std::uint64_t{0xffffffff}) throw IoError(where + ": a chunk of " + std::to_string(stored_bytes) + " bytes is past HDF5's limit");
+  // The buffer HDF5 hands to the driver, which drops it unread: an untouched read-only mapping
+  // costs neither memory nor page faults.
+  void* zeros = ::mmap(nullptr, stored_bytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (zeros == MAP_FAILED) throw IoError(where + ": mmap of " + std::to_string(stored_bytes) + " bytes failed: " + std::strerror(errno));
+  herr_t status = 0;
+  unsigned long long dropped = 0;
+  {
+    DropRawWrites drop;
+    status = H5Dwrite_chunk(dataset, H5P_DEFAULT, 0, offset.data(), static_cast<std::size_t>(stored_bytes), zeros);
+    dropped = drop.dropped_bytes();
+  }
+  ::munmap(zeros, stored_bytes);
+  check_h5(status, "H5Dwrite_chunk", context);
+  if (dropped != stored_bytes) {
+    throw IoError(where + ": internal error: allocating a chunk of " + std::to_string(stored_bytes) +
+                  " bytes dropped " + std::to_string(dropped) + " bytes of raw writes (the skeleton driver is not in use?)");
+  }
 }
 
 DropRawWrites::DropRawWrites() : start_(dropped_total) { ++drop_depth; }

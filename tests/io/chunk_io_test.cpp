@@ -89,7 +89,11 @@ TEST(Fletcher32, AllZeroIsZeroAndAllOnesFoldsTo0xffff) {
   EXPECT_EQ(fletcher32(ones.data(), ones.size()), 0xffffffffu);
 }
 
-TEST(LayoutDriver, DroppedFillLeavesChunkSpaceThatOwnersFillAndHdf5Verifies) {
+// Chunks allocated by allocate_chunk (a direct chunk write the skeleton driver drops): exactly
+// their stored bytes are dropped, HDF5 records each chunk's size and address, and once owners
+// write the bytes and checksums there, HDF5's own filtered read returns them and refuses a
+// wrong byte.
+TEST(LayoutDriver, AllocatedChunksLeaveSpaceThatOwnersFillAndHdf5Verifies) {
   quiet_hdf5_errors();
   const std::string path = temp_file("laid_out.h5");
   const hsize_t dims[2] = {6, 8}, chunk[2] = {3, 8};  // two chunks of 3 x 8 f32 = 96 bytes
@@ -103,7 +107,7 @@ TEST(LayoutDriver, DroppedFillLeavesChunkSpaceThatOwnersFillAndHdf5Verifies) {
     H5Handle create = plist_handle(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate", path);
     check_h5(H5Pset_chunk(create.get(), 2, chunk), "H5Pset_chunk", path);
     check_h5(H5Pset_fletcher32(create.get()), "H5Pset_fletcher32", path);
-    check_h5(H5Pset_alloc_time(create.get(), H5D_ALLOC_TIME_EARLY), "H5Pset_alloc_time", path);
+    check_h5(H5Pset_alloc_time(create.get(), H5D_ALLOC_TIME_INCR), "H5Pset_alloc_time", path);
     check_h5(H5Pset_fill_time(create.get(), H5D_FILL_TIME_NEVER), "H5Pset_fill_time", path);
     H5Handle dataset;
     {
@@ -111,6 +115,10 @@ TEST(LayoutDriver, DroppedFillLeavesChunkSpaceThatOwnersFillAndHdf5Verifies) {
       dataset = dataset_handle(
           H5Dcreate2(file.get(), "w", H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, create.get(), H5P_DEFAULT),
           "H5Dcreate2", path);
+      EXPECT_EQ(drop.dropped_bytes(), 0u);  // nothing allocated, no fill written
+      for (int c = 0; c < 2; ++c) {
+        checkpoint_io::allocate_chunk(dataset.get(), {static_cast<hsize_t>(3 * c), 0}, chunk_bytes + 4, path);
+      }
       dropped = drop.dropped_bytes();
     }
     for (int c = 0; c < 2; ++c) {
@@ -122,7 +130,8 @@ TEST(LayoutDriver, DroppedFillLeavesChunkSpaceThatOwnersFillAndHdf5Verifies) {
       EXPECT_EQ(mask, 0u);
     }
   }
-  // HDF5 wrote a checksummed fill into both chunks; the driver dropped exactly those bytes.
+  // The driver dropped exactly the two chunks' stored bytes, and their space is distinct.
+  EXPECT_NE(address[0], address[1]);
   EXPECT_EQ(dropped, 2 * (chunk_bytes + 4));
   EXPECT_GE(std::filesystem::file_size(path), std::max(address[0], address[1]) + chunk_bytes + 4);
 
