@@ -7,7 +7,9 @@
 // as the apps do (save_train_state, restore_train_state_into an allocated target); each rank
 // also measures how much resident memory a save and a restore add at their peak above what it
 // held just before (VmHWM after resetting it), over its bytes of the state:
-// save_extra_rss_over_state and restore_extra_rss_over_state, the largest rank's. One JSON
+// save_extra_rss_over_state and restore_extra_rss_over_state, the largest rank's. The save's
+// removal of the previous checkpoint runs on after it returns (SaveOptions::prune_in_background);
+// background_prune_wait_s is how long rank 0 then waits for it, outside both timings. One JSON
 // object per line.
 //   bash scripts/mpirun/local.sh 8 build/apps/bench_checkpoint --state both
 #include <fcntl.h>
@@ -187,7 +189,7 @@ void bench_state(const Mesh& mesh, const std::string& name, int layers, std::int
   }
   agree_or_throw<IoError>(mesh.comm(), error);
   const TrainCheckpointMeta meta{0, "{\"layers\": " + std::to_string(layers) + ", \"depth\": " + std::to_string(depth) + "}", {}};
-  std::vector<double> save_s, restore_s, write_s, read_s;
+  std::vector<double> save_s, restore_s, write_s, read_s, prune_s;
   // The most a save (a restore into the allocated target) adds to a rank's resident memory, over
   // that rank's bytes of the state: the largest rank's, over all repeats.
   double save_extra = 0, restore_extra = 0;
@@ -201,6 +203,12 @@ void bench_state(const Mesh& mesh, const std::string& name, int layers, std::int
     save_s.push_back(seconds_since(start));
     rss_known = rss_known && extra >= 0;
     save_extra = std::max(save_extra, static_cast<double>(extra) / static_cast<double>(rank_bytes));
+    // The previous checkpoint is unlinked by rank 0's background thread (SaveOptions): its end is
+    // waited for here, outside both timings, so that it does not slow the restore measured next,
+    // and reported apart (a training run overlaps it with its steps).
+    start = Clock::now();
+    wait_for_pruning();
+    prune_s.push_back(seconds_since(start));
     if (rank == 0) drop_page_cache(file);
     MPI_Barrier(MPI_COMM_WORLD);
     start = Clock::now();
@@ -246,7 +254,8 @@ void bench_state(const Mesh& mesh, const std::string& name, int layers, std::int
         << ", \"restore_GBps\": " << gb / restore << ", \"plain_write_s\": " << write
         << ", \"plain_write_GBps\": " << gb / write << ", \"plain_read_s\": " << read
         << ", \"plain_read_GBps\": " << gb / read << ", \"save_vs_plain_write\": " << write / save
-        << ", \"restore_vs_plain_read\": " << read / restore;
+        << ", \"restore_vs_plain_read\": " << read / restore
+        << ", \"background_prune_wait_s\": " << median(prune_s);
     if (known == 1) {
       out << ", \"save_extra_rss_over_state\": " << extras[0] << ", \"restore_extra_rss_over_state\": " << extras[1];
     } else {
