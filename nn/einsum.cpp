@@ -163,6 +163,29 @@ void check_operands(const EinsumSubscripts& sub, const ShardedTensor& a, const S
   }
 }
 
+// Matrix FLOPs of the local product of blocks of these specs: 2 x the product of every letter's
+// largest block extent.
+double local_flops(const EinsumSubscripts& sub, const MeshShape& mesh, const Spec& sa, const Shape& a_shape,
+                   const Spec& sb, const Shape& b_shape) {
+  std::map<char, std::int64_t> extent;
+  const Shape a_block = max_local_shape(sa, mesh, a_shape);
+  const Shape b_block = max_local_shape(sb, mesh, b_shape);
+  for (std::size_t i = 0; i < sub.a.size(); ++i) extent[sub.a[i]] = a_block[i];
+  for (std::size_t i = 0; i < sub.b.size(); ++i) extent[sub.b[i]] = b_block[i];
+  double flops = 2;
+  for (const auto& [letter, n] : extent) flops *= static_cast<double>(n);
+  return flops;
+}
+
+// `s` without the mesh axes of its letters that `out` drops (the contracted letters).
+Spec whole_contraction(const std::string& letters, const Spec& s, const std::string& out) {
+  Spec whole = s;
+  for (std::size_t i = 0; i < letters.size(); ++i) {
+    if (!has(out, letters[i])) whole.dims[i].clear();
+  }
+  return whole;
+}
+
 }  // namespace
 
 ShardedTensor einsum(std::string_view subscripts, const ShardedTensor& a, const ShardedTensor& b) {
@@ -176,13 +199,46 @@ ShardedTensor einsum(std::string_view subscripts, const ShardedTensor& a, const 
   return ShardedTensor(a.mesh(), std::move(spec), std::move(shape), std::move(local));
 }
 
+ShardedTensor einsum_toward(std::string_view subscripts, const ShardedTensor& a, const ShardedTensor& b,
+                            const Spec& want) {
+  const auto sub = EinsumSubscripts::parse(subscripts);
+  check_operands(sub, a, b);
+  Shape shape = result_shape(sub, a, b);
+  Aligned al;
+  align(sub, a, b, al);
+  const Spec natural = result_spec(sub, al.a->spec(), al.b->spec());
+  const MeshShape& mesh = a.mesh().shape();
+  const Spec a_whole = whole_contraction(sub.a, al.a->spec(), sub.out);
+  const Spec b_whole = whole_contraction(sub.b, al.b->spec(), sub.out);
+  const Spec gathered = result_spec(sub, a_whole, b_whole);
+  // Only a result that then needs no reshard at all, so no rank computes more than it keeps.
+  const bool candidate = !(natural == gathered) && gathered == want && want.dims.size() == shape.size();
+  if (candidate) {
+    const double reduce_cost =
+        static_cast<double>(plan_reshard(mesh, natural, want, shape, a.dtype()).bytes_per_rank());
+    const double extra_flops = local_flops(sub, mesh, a_whole, a.global_shape(), b_whole, b.global_shape()) -
+                               local_flops(sub, mesh, al.a->spec(), a.global_shape(), al.b->spec(), b.global_shape());
+    const double gather_cost = static_cast<double>(reshard_bytes(*al.a, a_whole) + reshard_bytes(*al.b, b_whole)) +
+                               extra_flops / kFlopsPerCommByte;
+    if (gather_cost < reduce_cost) {
+      const ShardedTensor a_full = to_spec(*al.a, a_whole);
+      const ShardedTensor b_full = to_spec(*al.b, b_whole);
+      Tensor local = einsum_local(sub, a_full.local(), b_full.local());
+      return ShardedTensor(a.mesh(), gathered, std::move(shape), std::move(local));
+    }
+  }
+  Tensor local = einsum_local(sub, al.a->local(), al.b->local());
+  return ShardedTensor(a.mesh(), natural, std::move(shape), std::move(local));
+}
+
 Var einsum(std::string_view subscripts, const Var& a, const Var& b) {
   const auto sub = EinsumSubscripts::parse(subscripts);
   ShardedTensor out = einsum(subscripts, a.value(), b.value());
   return make_result("einsum", std::move(out), {a, b}, [sub, a, b](const ShardedTensor& g, GradSink& sink) {
-    // d/da = einsum(out,b->a)(g, b); d/db = einsum(a,out->b)(a, g).
-    if (sink.wants(0)) sink.add(0, einsum(sub.out + "," + sub.b + "->" + sub.a, g, b.value()));
-    if (sink.wants(1)) sink.add(1, einsum(sub.a + "," + sub.out + "->" + sub.b, a.value(), g));
+    // d/da = einsum(out,b->a)(g, b); d/db = einsum(a,out->b)(a, g), each computed toward its
+    // primal's spec (the spec its cotangent is resharded to).
+    if (sink.wants(0)) sink.add(0, einsum_toward(sub.out + "," + sub.b + "->" + sub.a, g, b.value(), a.value().spec()));
+    if (sink.wants(1)) sink.add(1, einsum_toward(sub.a + "," + sub.out + "->" + sub.b, a.value(), g, b.value().spec()));
   });
 }
 

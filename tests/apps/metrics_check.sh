@@ -4,8 +4,12 @@
 # they must add up:
 #   - compute_ms + comm_ms + optimizer_ms = ms (to the printed rounding);
 #   - comm_bytes has "<collective>/<axes>" keys and is the same every step (a deterministic step);
-#   - the gradient all-reduce over data sends exactly LAYERS x 2 kernels x DEPTH^2 / 2 (model
-#     split) x 4 bytes, plus 4 for the loss: all_reduce's 2 (n - 1) B / n with n = 2 is B;
+#   - the weight gradients of the batch of 8 come from their operands all-gathered over data
+#     (nn/einsum.h, einsum_toward), not from all-reducing DEPTH x DEPTH/2 gradient blocks: each
+#     of LAYERS x 2 kernels gathers a (8/2) x DEPTH block (the layer's input, or the output's
+#     cotangent) and a (8/2) x DEPTH/2 one (the hidden activation, or its cotangent), 4 bytes an
+#     element: LAYERS x 2 x 6 x 8 x DEPTH bytes in all (all_gather sends (n - 1) B, n = 2); the
+#     only all-reduce over data is the loss's 4 bytes;
 #   - the end-of-run table's step total and bytes per step equal the sums of the lines.
 set -uo pipefail
 work=$1
@@ -31,9 +35,11 @@ for r in rows:
         assert re.fullmatch(r"[a-z_]+/([a-z_]+(\+[a-z_]+)*|-)", key), f"bad key {key!r}"
         assert isinstance(value, int) and value >= 0, (key, value)
     assert r["comm_bytes"] == rows[0]["comm_bytes"], f"step {r['step']}: bytes differ from step 1"
-want = layers * 2 * depth * depth // 2 * 4 + 4
-got = rows[0]["comm_bytes"].get("all_reduce/data")
-assert got == want, f"all_reduce/data sends {got} bytes per step, expected {want}"
+want = layers * 2 * (4 * depth + 4 * depth // 2) * 4
+got = rows[0]["comm_bytes"].get("all_gather/data")
+assert got == want, f"all_gather/data sends {got} bytes per step, expected {want}"
+loss = rows[0]["comm_bytes"].get("all_reduce/data")
+assert loss == 4, f"all_reduce/data sends {loss} bytes per step, expected the loss's 4"
 assert rows[0]["comm_bytes"].get("all_reduce/model", 0) > 0, rows[0]["comm_bytes"]
 table = open(stdout).read()
 m = re.search(r"^  step +([0-9.]+) ms +100\.0%", table, re.M)
@@ -42,5 +48,5 @@ total = sum(r["ms"] for r in rows)
 assert abs(float(m.group(1)) - total) <= 0.05 + 0.001 * total, f"table says {m.group(1)} ms, lines sum to {total}"
 m = re.search(r"^  total +([0-9]+) ", table, re.M)
 assert m and int(m.group(1)) == sum(rows[0]["comm_bytes"].values()), "table's bytes/step differ from the lines"
-print(f"ok: {len(rows)} steps, spans add up, all_reduce/data {got} bytes/step, table consistent")
+print(f"ok: {len(rows)} steps, spans add up, all_gather/data {got} bytes/step, table consistent")
 PY
