@@ -188,57 +188,68 @@ Spec whole_contraction(const std::string& letters, const Spec& s, const std::str
 
 }  // namespace
 
-ShardedTensor einsum(std::string_view subscripts, const ShardedTensor& a, const ShardedTensor& b) {
-  const auto sub = EinsumSubscripts::parse(subscripts);
-  check_operands(sub, a, b);
-  Shape shape = result_shape(sub, a, b);
-  Aligned al;
-  align(sub, a, b, al);
-  Spec spec = result_spec(sub, al.a->spec(), al.b->spec());
-  Tensor local = einsum_local(sub, al.a->local(), al.b->local());
-  return ShardedTensor(a.mesh(), std::move(spec), std::move(shape), std::move(local));
-}
+namespace {
 
-ShardedTensor einsum_toward(std::string_view subscripts, const ShardedTensor& a, const ShardedTensor& b,
-                            const Spec& want) {
+// einsum, or einsum_toward when `want` is given.
+ShardedTensor contract(std::string_view subscripts, const ShardedTensor& a, const ShardedTensor& b,
+                       const Spec* want) {
   const auto sub = EinsumSubscripts::parse(subscripts);
   check_operands(sub, a, b);
   Shape shape = result_shape(sub, a, b);
   Aligned al;
   align(sub, a, b, al);
   const Spec natural = result_spec(sub, al.a->spec(), al.b->spec());
-  const MeshShape& mesh = a.mesh().shape();
-  const Spec a_whole = whole_contraction(sub.a, al.a->spec(), sub.out);
-  const Spec b_whole = whole_contraction(sub.b, al.b->spec(), sub.out);
-  const Spec gathered = result_spec(sub, a_whole, b_whole);
-  // Only a result that then needs no reshard at all, so no rank computes more than it keeps.
-  const bool candidate = !(natural == gathered) && gathered == want && want.dims.size() == shape.size();
-  if (candidate) {
-    const double reduce_cost =
-        static_cast<double>(plan_reshard(mesh, natural, want, shape, a.dtype()).bytes_per_rank());
-    const double extra_flops = local_flops(sub, mesh, a_whole, a.global_shape(), b_whole, b.global_shape()) -
-                               local_flops(sub, mesh, al.a->spec(), a.global_shape(), al.b->spec(), b.global_shape());
-    const double gather_cost = static_cast<double>(reshard_bytes(*al.a, a_whole) + reshard_bytes(*al.b, b_whole)) +
-                               extra_flops / kFlopsPerCommByte;
-    if (gather_cost < reduce_cost) {
-      const ShardedTensor a_full = to_spec(*al.a, a_whole);
-      const ShardedTensor b_full = to_spec(*al.b, b_whole);
-      Tensor local = einsum_local(sub, a_full.local(), b_full.local());
-      return ShardedTensor(a.mesh(), gathered, std::move(shape), std::move(local));
+  if (want != nullptr) {
+    const MeshShape& mesh = a.mesh().shape();
+    const Spec a_whole = whole_contraction(sub.a, al.a->spec(), sub.out);
+    const Spec b_whole = whole_contraction(sub.b, al.b->spec(), sub.out);
+    const Spec gathered = result_spec(sub, a_whole, b_whole);
+    // Only a result that then needs no reshard at all, so no rank computes more than it keeps.
+    const Spec target = want->padded(static_cast<int>(shape.size()));
+    if (!(natural == gathered) && gathered == target) {
+      const double reduce_cost =
+          static_cast<double>(plan_reshard(mesh, natural, target, shape, a.dtype()).bytes_per_rank());
+      const double extra_flops =
+          local_flops(sub, mesh, a_whole, a.global_shape(), b_whole, b.global_shape()) -
+          local_flops(sub, mesh, al.a->spec(), a.global_shape(), al.b->spec(), b.global_shape());
+      const double gather_cost =
+          static_cast<double>(reshard_bytes(*al.a, a_whole) + reshard_bytes(*al.b, b_whole)) +
+          extra_flops / kFlopsPerCommByte;
+      if (gather_cost < reduce_cost) {
+        const ShardedTensor a_full = to_spec(*al.a, a_whole);
+        const ShardedTensor b_full = to_spec(*al.b, b_whole);
+        Tensor local = einsum_local(sub, a_full.local(), b_full.local());
+        return ShardedTensor(a.mesh(), gathered, std::move(shape), std::move(local));
+      }
     }
   }
   Tensor local = einsum_local(sub, al.a->local(), al.b->local());
   return ShardedTensor(a.mesh(), natural, std::move(shape), std::move(local));
 }
 
+}  // namespace
+
+ShardedTensor einsum(std::string_view subscripts, const ShardedTensor& a, const ShardedTensor& b) {
+  return contract(subscripts, a, b, nullptr);
+}
+
+ShardedTensor einsum_toward(std::string_view subscripts, const ShardedTensor& a, const ShardedTensor& b,
+                            const Spec& want) {
+  return contract(subscripts, a, b, &want);
+}
+
 Var einsum(std::string_view subscripts, const Var& a, const Var& b) {
   const auto sub = EinsumSubscripts::parse(subscripts);
   ShardedTensor out = einsum(subscripts, a.value(), b.value());
   return make_result("einsum", std::move(out), {a, b}, [sub, a, b](const ShardedTensor& g, GradSink& sink) {
-    // d/da = einsum(out,b->a)(g, b); d/db = einsum(a,out->b)(a, g), each computed toward its
-    // primal's spec (the spec its cotangent is resharded to).
-    if (sink.wants(0)) sink.add(0, einsum_toward(sub.out + "," + sub.b + "->" + sub.a, g, b.value(), a.value().spec()));
-    if (sink.wants(1)) sink.add(1, einsum_toward(sub.a + "," + sub.out + "->" + sub.b, a.value(), g, b.value().spec()));
+    // d/da = einsum(out,b->a)(g, b); d/db = einsum(a,out->b)(a, g), each computed toward the
+    // spec its cotangent is resharded to (its primal's, without partial axes).
+    if (sink.wants(0)) {
+      sink.add(0, einsum_toward(sub.out + "," + sub.b + "->" + sub.a, g, b.value(), a.value().spec().without_partial()));
+    }
+    if (sink.wants(1)) {
+      sink.add(1, einsum_toward(sub.a + "," + sub.out + "->" + sub.b, a.value(), g, b.value().spec().without_partial()));
+    }
   });
 }
 
