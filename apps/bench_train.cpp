@@ -1,24 +1,29 @@
 // bench_train: the train step of the tutorial's MLP (--model mlp) or of train_lm's transformer
 // (--model lm) on the current mesh, beside the floor of docs/design.md ("Performance model")
-// measured in the same run:
-//   floor = matrix FLOPs per rank / GEMM rate + 28 bytes per fp32 parameter per rank / bandwidth
-// where the GEMM rate is the fastest of the MLP layer's three products on one rank (forward,
-// input gradient, weight gradient; the transformer: its MLP up-projection), and bandwidth is
-// the larger of memcpy's on a large buffer and that of a fused pass with Adam's own streams
-// (read p, g, m, v; write p, m, v) over this rank's parameter count.
+// measured in the same run, the larger of two lower bounds:
+//   compute floor = max(1, ranks per core) x (matrix FLOPs per rank / GEMM rate alone
+//                   + 28 bytes per fp32 parameter per rank / bandwidth alone)
+//   memory floor  = 28 bytes per fp32 parameter per rank / bandwidth per rank, all at once
+// The first is the busiest core's work (its ranks run one at a time, none faster than a rank
+// alone on its core), the second the node's memory traffic. The GEMM rate is the fastest of the
+// MLP layer's three products (forward, input gradient, weight gradient; the transformer: its
+// MLP up-projection), and a bandwidth the larger of memcpy's on a large buffer and that of a
+// fused pass with Adam's own streams (read p, g, m, v; write p, m, v) over this rank's
+// parameter count; "alone" is rank 0 with every other rank asleep.
 // The transformer's matrix FLOPs per step are 3x its forward's (each matmul has a weight and an
 // input gradient): per token and layer 2*d*3d (q, k, v) + 2*d*d (o) + 2*2*d*d_ff (MLP), per
 // token 2*d*vocab (unembedding), and per sequence, layer and head 2*2*d_head*s(s+1)/2 for the
 // causal scores and their weighted sum (only the pairs a causal mask keeps: a lower bound).
-// Every rank measures the GEMM rate and the bandwidths at once (they share the node's cores and
-// memory, as in the step). One JSON object per line on stdout (rank 0).
+// One JSON object per line on stdout (rank 0).
 //   scripts/mpirun/local.sh 8 build/apps/bench_train --layers 8 --depth 4096
 #include <mpi.h>
+#include <sched.h>
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <cstring>
 #include <iostream>
 #include <vector>
@@ -117,12 +122,56 @@ double concurrent_rate(Work&& work, double seconds) {
   return best;
 }
 
-// FLOP/s per rank of batched_gemm on op(A)[m, k] x op(B)[k, n], every rank at once.
-double measure_gemm_rate(std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a, bool trans_b, double seconds) {
+// Repetitions per second of `work` on rank 0 alone, the best of up to 5 trials, while every
+// other rank sleeps (in a nanosleep loop around MPI_Test, not in MPI's yielding progress loop,
+// so that it takes no time from rank 0's core); broadcast to every rank. The most one core gives
+// one rank: the rate of a rank whose neighbours are all waiting.
+template <class Work>
+double alone_rate(Work&& work, double seconds) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  double best = 0;
+  if (rank == 0) {
+    work();
+    auto start = clock_type::now();
+    for (int i = 0; i < 3; ++i) work();
+    const double probe = seconds_since(start) / 3;
+    const auto reps = static_cast<std::int64_t>(std::max(3.0, seconds / std::max(probe, 1e-9)));
+    const std::int64_t trials = std::min<std::int64_t>(5, reps);
+    const std::int64_t per_trial = reps / trials;
+    for (std::int64_t t = 0; t < trials; ++t) {
+      start = clock_type::now();
+      for (std::int64_t i = 0; i < per_trial; ++i) work();
+      best = std::max(best, static_cast<double>(per_trial) / seconds_since(start));
+    }
+  }
+  MPI_Request request = MPI_REQUEST_NULL;
+  MPI_Ibarrier(MPI_COMM_WORLD, &request);
+  for (int done = 0;;) {
+    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (done) break;
+    const timespec pause{0, 1000000};  // 1 ms
+    nanosleep(&pause, nullptr);
+  }
+  MPI_Bcast(&best, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  return best;
+}
+
+// How a rate is measured: every rank at once (each rank's share of the node), or rank 0 alone.
+enum class Measure { all_at_once, alone };
+
+template <class Work>
+double rate_of(Work&& work, double seconds, Measure how) {
+  return how == Measure::alone ? alone_rate(work, seconds) : concurrent_rate(work, seconds);
+}
+
+// FLOP/s per rank of batched_gemm on op(A)[m, k] x op(B)[k, n].
+double measure_gemm_rate(std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a, bool trans_b, double seconds,
+                         Measure how) {
   Tensor a({1, trans_a ? k : m, trans_a ? m : k}), b({1, trans_b ? n : k, trans_b ? k : n}), c({1, m, n});
   std::fill_n(a.data<float>(), m * k, 0.5f);
   std::fill_n(b.data<float>(), k * n, 0.25f);
-  const double rate = concurrent_rate([&] { batched_gemm(a, b, c, 1, m, n, k, trans_a, trans_b); }, seconds);
+  const double rate = rate_of([&] { batched_gemm(a, b, c, 1, m, n, k, trans_a, trans_b); }, seconds, how);
   return 2.0 * m * n * k * rate;
 }
 
@@ -136,36 +185,37 @@ struct GemmRates {
   double forward = 0, input_grad = 0, weight_grad = 0;
   double best() const { return std::max({forward, input_grad, weight_grad}); }
 };
-GemmRates measure_gemm_rates(std::int64_t m, std::int64_t n, std::int64_t k, bool all_three, double seconds) {
+GemmRates measure_gemm_rates(std::int64_t m, std::int64_t n, std::int64_t k, bool all_three, double seconds,
+                             Measure how) {
   GemmRates r;
-  r.forward = measure_gemm_rate(m, n, k, false, false, seconds);
-  r.input_grad = all_three ? measure_gemm_rate(m, k, n, false, true, seconds) : r.forward;
-  r.weight_grad = all_three ? measure_gemm_rate(k, n, m, true, false, seconds) : r.forward;
+  r.forward = measure_gemm_rate(m, n, k, false, false, seconds, how);
+  r.input_grad = all_three ? measure_gemm_rate(m, k, n, false, true, seconds, how) : r.forward;
+  r.weight_grad = all_three ? measure_gemm_rate(k, n, m, true, false, seconds, how) : r.forward;
   return r;
 }
 
-// Bytes per second per rank moved by memcpy of a large buffer (read + write), every rank at once.
-double measure_copy_bandwidth(std::size_t bytes, double seconds) {
+// Bytes per second per rank moved by memcpy of a large buffer (read + write).
+double measure_copy_bandwidth(std::size_t bytes, double seconds, Measure how) {
   std::vector<char> src(bytes, 1), dst(bytes, 0);
   std::size_t reps = 0;
-  const double rate = concurrent_rate(
+  const double rate = rate_of(
       [&] {
         std::memcpy(dst.data(), src.data(), bytes);
         src[reps % bytes] = dst[(reps * 7) % bytes];  // keeps the copies observable
         ++reps;
       },
-      seconds);
+      seconds, how);
   return 2.0 * static_cast<double>(bytes) * rate;
 }
 
 // Bytes per second per rank of one fused pass with the streams of Adam's update over `elements`
 // f32 values: reads p, g, m, v and writes p, m, v (28 bytes per element), with only the
-// arithmetic a bandwidth-bound loop needs (no square root or division), every rank at once.
-// Sized as the rank's optimizer state, so caches help it exactly as they help the optimizer.
-double measure_adam_stream_bandwidth(std::int64_t elements, double seconds) {
+// arithmetic a bandwidth-bound loop needs (no square root or division). Sized as the rank's
+// optimizer state, so caches help it exactly as they help the optimizer.
+double measure_adam_stream_bandwidth(std::int64_t elements, double seconds, Measure how) {
   const auto n = static_cast<std::size_t>(std::max<std::int64_t>(elements, 1));
   std::vector<float> p(n, 1.0f), g(n, 0.5f), m(n, 0.0f), v(n, 0.0f);
-  const double rate = concurrent_rate(
+  const double rate = rate_of(
       [&] {
         float* __restrict pp = p.data();
         const float* __restrict gp = g.data();
@@ -180,8 +230,22 @@ double measure_adam_stream_bandwidth(std::int64_t elements, double seconds) {
           pp[i] -= 1e-3f * (mi + vi);
         }
       },
-      seconds);
+      seconds, how);
   return 28.0 * static_cast<double>(n) * rate;
+}
+
+// Ranks per core on the busiest node: the ranks that share this rank's memory (one node) over
+// the CPUs this rank may run on, the most over all nodes.
+double ranks_per_core() {
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int local_ranks = 1;
+  MPI_Comm_size(node, &local_ranks);
+  MPI_Comm_free(&node);
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  const int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? std::max(1, CPU_COUNT(&cpus)) : 1;
+  return allreduce(static_cast<double>(local_ranks) / cores, MPI_MAX);
 }
 
 struct Options {
@@ -377,11 +441,22 @@ int run(const Options& o, int world_rank, int world_size) {
   const double flops_per_rank = w.flops_per_rank;
   const double bytes_per_rank = 28.0 * w.local_params;
   const std::int64_t m = w.m, n = w.n, k = w.k;
-  const GemmRates rates = measure_gemm_rates(m, n, k, w.three_products, o.measure_seconds);
-  const double gemm_seconds = flops_per_rank / rates.best();
-  const double copy_bw = measure_copy_bandwidth(static_cast<std::size_t>(o.copy_mib) << 20, o.measure_seconds);
-  const double stream_bw = measure_adam_stream_bandwidth(static_cast<std::int64_t>(w.local_params), o.measure_seconds);
-  const double floor_ms = 1e3 * (gemm_seconds + bytes_per_rank / std::max(copy_bw, stream_bw));
+  // The floor (docs/design.md, "Performance model"): the larger of what the busiest core must
+  // do, its ranks' GEMMs and streams one after the other at the rates of a rank alone, and
+  // what the node's memory must move, every rank's streams at the bandwidth all ranks get at
+  // once.
+  const std::size_t copy_bytes = static_cast<std::size_t>(o.copy_mib) << 20;
+  const auto stream_elements = static_cast<std::int64_t>(w.local_params);
+  const GemmRates rates = measure_gemm_rates(m, n, k, w.three_products, o.measure_seconds, Measure::alone);
+  const double copy_alone = measure_copy_bandwidth(copy_bytes, o.measure_seconds, Measure::alone);
+  const double stream_alone = measure_adam_stream_bandwidth(stream_elements, o.measure_seconds, Measure::alone);
+  const double copy_bw = measure_copy_bandwidth(copy_bytes, o.measure_seconds, Measure::all_at_once);
+  const double stream_bw = measure_adam_stream_bandwidth(stream_elements, o.measure_seconds, Measure::all_at_once);
+  const double share = std::max(1.0, ranks_per_core());
+  const double compute_floor_ms =
+      1e3 * share * (flops_per_rank / rates.best() + bytes_per_rank / std::max(copy_alone, stream_alone));
+  const double memory_floor_ms = 1e3 * bytes_per_rank / std::max(copy_bw, stream_bw);
+  const double floor_ms = std::max(compute_floor_ms, memory_floor_ms);
   const double med = median(ms);
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
@@ -396,11 +471,11 @@ int run(const Options& o, int world_rank, int world_size) {
                   rates.weight_grad / 1e9);
     }
     std::printf("}\n");
-    std::printf("{\"bench\":\"copy\",\"ranks\":%d,\"mib\":%lld,\"gb_per_s_per_rank\":%.3f}\n", world_size,
-                static_cast<long long>(o.copy_mib),
-                copy_bw / 1e9);
-    std::printf("{\"bench\":\"adam_stream\",\"ranks\":%d,\"elements\":%lld,\"gb_per_s_per_rank\":%.3f}\n", world_size,
-                static_cast<long long>(w.local_params), stream_bw / 1e9);
+    std::printf("{\"bench\":\"copy\",\"ranks\":%d,\"mib\":%lld,\"gb_per_s_per_rank\":%.3f,\"gb_per_s_alone\":%.3f}\n",
+                world_size, static_cast<long long>(o.copy_mib), copy_bw / 1e9, copy_alone / 1e9);
+    std::printf(
+        "{\"bench\":\"adam_stream\",\"ranks\":%d,\"elements\":%lld,\"gb_per_s_per_rank\":%.3f,\"gb_per_s_alone\":%.3f}\n",
+        world_size, static_cast<long long>(w.local_params), stream_bw / 1e9, stream_alone / 1e9);
     char sizes[160];
     if (o.model == "mlp") {
       std::snprintf(sizes, sizeof sizes, "\"depth\":%lld", static_cast<long long>(o.depth));
@@ -412,11 +487,13 @@ int run(const Options& o, int world_rank, int world_size) {
     std::printf(
         "{\"bench\":\"train_step\",\"model\":\"%s\",\"mesh\":\"%s\",\"ranks\":%d,\"batch\":%lld,\"layers\":%d,%s,"
         "\"scan\":%s,\"steps\":%d,\"ms_median\":%.3f,\"ms_min\":%.3f,\"ms_max\":%.3f,\"floor_ms\":%.3f,"
-        "\"ratio\":%.3f,\"gflop_per_rank\":%.4f,\"mb_per_rank\":%.3f,\"strategy\":\"%s\","
+        "\"ratio\":%.3f,\"compute_floor_ms\":%.3f,\"memory_floor_ms\":%.3f,\"ranks_per_core\":%.3f,"
+        "\"gflop_per_rank\":%.4f,\"mb_per_rank\":%.3f,\"strategy\":\"%s\","
         "\"params_per_rank\":%.0f,\"comm_mb_per_rank\":%.3f,\"peak_rss_mb\":%.1f}\n",
         o.model.c_str(), mesh_shape.to_string().c_str(), world_size, static_cast<long long>(o.batch), o.layers,
         sizes, o.scan ? "true" : "false", o.steps, med,
         *std::min_element(ms.begin(), ms.end()), *std::max_element(ms.begin(), ms.end()), floor_ms, med / floor_ms,
+        compute_floor_ms, memory_floor_ms, share,
         flops_per_rank / 1e9, bytes_per_rank / 1e6, o.strategy.empty() ? "mesh" : o.strategy.c_str(), w.local_params,
         w.comm_bytes / 1e6, peak_rss / 1e6);
     std::fflush(stdout);
