@@ -177,13 +177,17 @@ double local_flops(const EinsumSubscripts& sub, const MeshShape& mesh, const Spe
   return flops;
 }
 
-// `s` without the mesh axes of its letters that `out` drops (the contracted letters).
-Spec whole_contraction(const std::string& letters, const Spec& s, const std::string& out) {
-  Spec whole = s;
+// The spec an operand (subscripts `letters`, spec `s`) takes so that the product lands in
+// `want` with nothing to reduce: its contracted letters whole, each free letter split as `want`
+// splits that letter of the output; its partial axes stay.
+Spec toward(const std::string& letters, const Spec& s, const std::string& out, const Spec& want) {
+  Spec target = Spec::replicated(static_cast<int>(letters.size()));
   for (std::size_t i = 0; i < letters.size(); ++i) {
-    if (!has(out, letters[i])) whole.dims[i].clear();
+    const auto j = out.find(letters[i]);
+    if (j != std::string::npos) target.dims[i] = want.axes(static_cast<int>(j));
   }
-  return whole;
+  target.partial = s.partial;
+  return target;
 }
 
 }  // namespace
@@ -201,12 +205,12 @@ ShardedTensor contract(std::string_view subscripts, const ShardedTensor& a, cons
   const Spec natural = result_spec(sub, al.a->spec(), al.b->spec());
   if (want != nullptr) {
     const MeshShape& mesh = a.mesh().shape();
-    const Spec a_whole = whole_contraction(sub.a, al.a->spec(), sub.out);
-    const Spec b_whole = whole_contraction(sub.b, al.b->spec(), sub.out);
-    const Spec gathered = result_spec(sub, a_whole, b_whole);
-    // Only a result that then needs no reshard at all, so no rank computes more than it keeps.
     const Spec target = want->padded(static_cast<int>(shape.size()));
-    if (!(natural == gathered) && gathered == target) {
+    const Spec a_whole = toward(sub.a, al.a->spec(), sub.out, target);
+    const Spec b_whole = toward(sub.b, al.b->spec(), sub.out, target);
+    // The product of the moved factors is exactly the wanted block: no rank computes a block it
+    // then drops, and nothing is left to reshard.
+    if (!(natural == target) && consistent(sub, a_whole, b_whole) && result_spec(sub, a_whole, b_whole) == target) {
       const double reduce_cost =
           static_cast<double>(plan_reshard(mesh, natural, target, shape, a.dtype()).bytes_per_rank());
       const double extra_flops =
@@ -219,7 +223,7 @@ ShardedTensor contract(std::string_view subscripts, const ShardedTensor& a, cons
         const ShardedTensor a_full = to_spec(*al.a, a_whole);
         const ShardedTensor b_full = to_spec(*al.b, b_whole);
         Tensor local = einsum_local(sub, a_full.local(), b_full.local());
-        return ShardedTensor(a.mesh(), gathered, std::move(shape), std::move(local));
+        return ShardedTensor(a.mesh(), target, std::move(shape), std::move(local));
       }
     }
   }

@@ -7,7 +7,8 @@
 #   memory_floor_ms  = 1e3 * mb_per_rank * 1e-3 / max(copy, adam_stream) per rank, all at once
 #   floor_ms = max(compute_floor_ms, memory_floor_ms)
 # with the gemm rate the fastest of the MLP's three products measured on one rank alone
-# (forward, input gradient, weight gradient; all three printed and positive), ranks_per_core the
+# (forward, input gradient, weight gradient; all three printed and positive) on this rank's rows
+# and on the whole batch's (whole_batch_gflops, the fastest of those three), ranks_per_core the
 # ranks over the CPUs this process may use, each within 1% (the fields are printed to 3 or 4
 # digits), and ratio = ms_median / floor_ms.
 set -uo pipefail
@@ -29,6 +30,8 @@ bw_all = max(copy["gb_per_s_per_rank"], stream["gb_per_s_per_rank"])
 bw_alone = max(copy["gb_per_s_alone"], stream["gb_per_s_alone"])
 rates = [gemm["gflops_per_rank"], gemm["input_grad_gflops_per_rank"], gemm["weight_grad_gflops_per_rank"]]
 assert min(rates) > 0, gemm
+assert gemm["whole_batch_m"] >= gemm["m"] and gemm["whole_batch_gflops"] > 0, gemm
+rates.append(gemm["whole_batch_gflops"])
 share = step["ranks"] / len(os.sched_getaffinity(0))
 assert abs(step["ranks_per_core"] - share) <= 1e-3, (step["ranks_per_core"], share)
 compute = 1e3 * max(1.0, share) * (step["gflop_per_rank"] / max(rates) + step["mb_per_rank"] * 1e-3 / bw_alone)

@@ -83,10 +83,11 @@ TEST(OpsSharded, LossAndGradientsMatchOneRankOnEveryMesh) {
   }
 }
 
-// einsum_toward (nn/einsum.h): the weight gradient x^T g of a batch split over data, wanted
-// replicated. A small batch gathers x and g over data, (n-1) blocks each, and computes the whole
+// einsum_toward (nn/einsum.h): the weight gradient x^T g of a batch split over data. Wanted
+// replicated, a small batch gathers x and g over data, (n-1) blocks each, and computes the whole
 // gradient on every rank, bit for bit the one-rank product; a large batch keeps the partial
-// product and its all-reduce; a wanted spec split over data (FSDP) keeps the reduce-scatter.
+// product and its all-reduce. Wanted split over data (FSDP), the factors move so that each rank
+// computes its own rows of the gradient.
 TEST(OpsSharded, WeightGradientOfASmallBatchGathersItsOperands) {
   const int n = world_size();
   if (n < 2) GTEST_SKIP() << "needs a data axis";
@@ -125,10 +126,15 @@ TEST(OpsSharded, WeightGradientOfASmallBatchGathersItsOperands) {
   EXPECT_LT(max_relative_error(tessera::reshard(large, Spec::replicated(2)).to_global(), one_rank(512 * n, 16, 8), 1e-12),
             1e-5);
 
-  // Wanted split over data itself: the gathered product would be computed whole and sliced.
+  // Wanted split over data itself (FSDP's weight): x trades its batch split for d's (an
+  // all-to-all), g is gathered, and each rank computes exactly its rows of the gradient, with no
+  // more FLOPs than the partial product; the reduce-scatter of the 256 x 128 gradient is gone.
   const ShardedTensor fsdp = weight_gradient(rows, 256, 128, parse_spec("P(data, None)"), records);
-  EXPECT_EQ(fsdp.spec().to_string(), parse_spec("P(None, None; partial=data)").to_string());
-  EXPECT_TRUE(records.empty());
+  EXPECT_EQ(fsdp.spec().to_string(), parse_spec("P(data, None)").to_string());
+  EXPECT_EQ(records,
+            (std::vector<CommRecord>{{CommOp::all_to_all, {"data"}, 1, send_bytes(CommOp::all_to_all, n, 2 * 256 * 4)},
+                                     {CommOp::all_gather, {"data"}, 0, (n - 1) * 2 * 128 * 4}}));
+  EXPECT_LT(max_relative_error(fsdp.to_global(), want_small, 1e-12), 1e-6);
 
   // Through the tape: the gradient of a replicated weight comes back replicated, from the gathers.
   Var x(ShardedTensor::from_fn(mesh, parse_spec("P(data, None)"), {rows, 256}, DType::f32, value, "x"), false);
