@@ -7,9 +7,10 @@
 // The first is the busiest core's work (its ranks run one at a time, none faster than a rank
 // alone on its core), the second the node's memory traffic. The GEMM rate is the fastest of the
 // MLP layer's three products (forward, input gradient, weight gradient), on this rank's rows and
-// on the whole batch's (the transformer: its MLP up-projection), and a bandwidth the larger of memcpy's on a large buffer and that of a
-// fused pass with Adam's own streams (read p, g, m, v; write p, m, v) over this rank's
-// parameter count; "alone" is rank 0 with every other rank asleep.
+// on the whole batch's (the transformer: its MLP up-projection), and a bandwidth the larger of
+// memcpy's on a large buffer and that of a fused pass with Adam's own streams (read p, g, m, v;
+// write p, m, v) over this rank's parameter count; "alone" is rank 0 with every other rank
+// asleep.
 // The transformer's matrix FLOPs per step are 3x its forward's (each matmul has a weight and an
 // input gradient): per token and layer 2*d*3d (q, k, v) + 2*d*d (o) + 2*2*d*d_ff (MLP), per
 // token 2*d*vocab (unembedding), and per sequence, layer and head 2*2*d_head*s(s+1)/2 for the
@@ -34,6 +35,7 @@
 #include "collectives/comm_stats.h"
 #include "core/error.h"
 #include "core/kernels.h"
+#include "mesh/communicator.h"
 #include "mesh/environment.h"
 #include "mesh/mesh.h"
 #include "models/mlp.h"
@@ -95,56 +97,53 @@ Strategy strategy_for(const std::string& name, int ranks) {
   throw UsageError("--strategy must be dp, tp, fsdp or 2d, got '" + name + "'");
 }
 
-// Runs `work` the same number of times on every rank at once, for about `seconds` in all, and
-// returns the repetitions per second of one rank: from the first rank's start to the last
-// rank's end, so that ranks sharing cores (oversubscribed) are not timed one at a time. The
-// repetitions run in up to 5 trials and the best trial counts (as STREAM reports its best of
-// 10): a floor must not rise because the machine was busy for a moment.
+// Runs `work` for about `seconds` in up to 5 trials and returns the best trial's repetitions per
+// second (as STREAM reports its best of 10): a floor must not rise because the machine was busy
+// for a moment. `together`: every rank runs it the same number of times at once, each trial
+// timed from the first rank's start to the last rank's end, so that ranks sharing cores
+// (oversubscribed) are not timed one at a time (a collective: every rank calls it). Otherwise
+// the calling rank alone, with no communication.
 template <class Work>
-double concurrent_rate(Work&& work, double seconds) {
+double best_rate(Work&& work, double seconds, bool together) {
+  const auto sync = [&] {
+    if (together) MPI_Barrier(MPI_COMM_WORLD);
+  };
+  const auto agreed = [&](double v, MPI_Op op) { return together ? allreduce(v, op) : v; };
   work();
-  MPI_Barrier(MPI_COMM_WORLD);
+  sync();
   auto start = clock_type::now();
   for (int i = 0; i < 3; ++i) work();
-  const double probe = allreduce(seconds_since(start), MPI_MAX) / 3;
+  const double probe = agreed(seconds_since(start), MPI_MAX) / 3;
   const double wanted = std::max(3.0, seconds / std::max(probe, 1e-9));
-  const auto reps = static_cast<std::int64_t>(allreduce(wanted, MPI_MIN));
+  const auto reps = static_cast<std::int64_t>(agreed(wanted, MPI_MIN));
   const std::int64_t trials = std::min<std::int64_t>(5, reps);
   const std::int64_t per_trial = reps / trials;
   double best = 0;
   for (std::int64_t t = 0; t < trials; ++t) {
-    MPI_Barrier(MPI_COMM_WORLD);
+    sync();
     start = clock_type::now();
     for (std::int64_t i = 0; i < per_trial; ++i) work();
-    MPI_Barrier(MPI_COMM_WORLD);
-    best = std::max(best, static_cast<double>(per_trial) / allreduce(seconds_since(start), MPI_MAX));
+    sync();
+    best = std::max(best, static_cast<double>(per_trial) / agreed(seconds_since(start), MPI_MAX));
   }
   return best;
 }
 
-// Repetitions per second of `work` on rank 0 alone, the best of up to 5 trials, while every
-// other rank sleeps (in a nanosleep loop around MPI_Test, not in MPI's yielding progress loop,
-// so that it takes no time from rank 0's core); broadcast to every rank. The most one core gives
-// one rank: the rate of a rank whose neighbours are all waiting.
+// The repetitions per second of one rank with every rank running `work` at once.
+template <class Work>
+double concurrent_rate(Work&& work, double seconds) {
+  return best_rate(work, seconds, true);
+}
+
+// The repetitions per second of `work` on rank 0 alone while every other rank sleeps (in a
+// nanosleep loop around MPI_Test, not in MPI's yielding progress loop, so that it takes no time
+// from rank 0's core); broadcast to every rank. The most one core gives one rank: the rate of a
+// rank whose neighbours are all waiting.
 template <class Work>
 double alone_rate(Work&& work, double seconds) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  double best = 0;
-  if (rank == 0) {
-    work();
-    auto start = clock_type::now();
-    for (int i = 0; i < 3; ++i) work();
-    const double probe = seconds_since(start) / 3;
-    const auto reps = static_cast<std::int64_t>(std::max(3.0, seconds / std::max(probe, 1e-9)));
-    const std::int64_t trials = std::min<std::int64_t>(5, reps);
-    const std::int64_t per_trial = reps / trials;
-    for (std::int64_t t = 0; t < trials; ++t) {
-      start = clock_type::now();
-      for (std::int64_t i = 0; i < per_trial; ++i) work();
-      best = std::max(best, static_cast<double>(per_trial) / seconds_since(start));
-    }
-  }
+  double best = rank == 0 ? best_rate(work, seconds, false) : 0;
   MPI_Request request = MPI_REQUEST_NULL;
   MPI_Ibarrier(MPI_COMM_WORLD, &request);
   for (int done = 0;;) {
@@ -237,11 +236,7 @@ double measure_adam_stream_bandwidth(std::int64_t elements, double seconds, Meas
 // Ranks per core on the busiest node: the ranks that share this rank's memory (one node) over
 // the CPUs this rank may run on, the most over all nodes.
 double ranks_per_core() {
-  MPI_Comm node = MPI_COMM_NULL;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  int local_ranks = 1;
-  MPI_Comm_size(node, &local_ranks);
-  MPI_Comm_free(&node);
+  const int local_ranks = Communicator::world().split_shared().size();
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
   const int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? std::max(1, CPU_COUNT(&cpus)) : 1;

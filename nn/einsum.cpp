@@ -190,10 +190,6 @@ Spec toward(const std::string& letters, const Spec& s, const std::string& out, c
   return target;
 }
 
-}  // namespace
-
-namespace {
-
 // einsum, or einsum_toward when `want` is given.
 ShardedTensor contract(std::string_view subscripts, const ShardedTensor& a, const ShardedTensor& b,
                        const Spec* want) {
@@ -206,23 +202,23 @@ ShardedTensor contract(std::string_view subscripts, const ShardedTensor& a, cons
   if (want != nullptr) {
     const MeshShape& mesh = a.mesh().shape();
     const Spec target = want->padded(static_cast<int>(shape.size()));
-    const Spec a_whole = toward(sub.a, al.a->spec(), sub.out, target);
-    const Spec b_whole = toward(sub.b, al.b->spec(), sub.out, target);
+    const Spec a_to = toward(sub.a, al.a->spec(), sub.out, target);
+    const Spec b_to = toward(sub.b, al.b->spec(), sub.out, target);
     // The product of the moved factors is exactly the wanted block: no rank computes a block it
     // then drops, and nothing is left to reshard.
-    if (!(natural == target) && consistent(sub, a_whole, b_whole) && result_spec(sub, a_whole, b_whole) == target) {
+    if (!(natural == target) && consistent(sub, a_to, b_to) && result_spec(sub, a_to, b_to) == target) {
       const double reduce_cost =
           static_cast<double>(plan_reshard(mesh, natural, target, shape, a.dtype()).bytes_per_rank());
       const double extra_flops =
-          local_flops(sub, mesh, a_whole, a.global_shape(), b_whole, b.global_shape()) -
+          local_flops(sub, mesh, a_to, a.global_shape(), b_to, b.global_shape()) -
           local_flops(sub, mesh, al.a->spec(), a.global_shape(), al.b->spec(), b.global_shape());
-      const double gather_cost =
-          static_cast<double>(reshard_bytes(*al.a, a_whole) + reshard_bytes(*al.b, b_whole)) +
+      const double move_cost =
+          static_cast<double>(reshard_bytes(*al.a, a_to) + reshard_bytes(*al.b, b_to)) +
           extra_flops / kFlopsPerCommByte;
-      if (gather_cost < reduce_cost) {
-        const ShardedTensor a_full = to_spec(*al.a, a_whole);
-        const ShardedTensor b_full = to_spec(*al.b, b_whole);
-        Tensor local = einsum_local(sub, a_full.local(), b_full.local());
+      if (move_cost < reduce_cost) {
+        const ShardedTensor a_moved = to_spec(*al.a, a_to);
+        const ShardedTensor b_moved = to_spec(*al.b, b_to);
+        Tensor local = einsum_local(sub, a_moved.local(), b_moved.local());
         return ShardedTensor(a.mesh(), target, std::move(shape), std::move(local));
       }
     }
