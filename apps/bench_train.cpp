@@ -144,14 +144,7 @@ double alone_rate(Work&& work, double seconds) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   double best = rank == 0 ? best_rate(work, seconds, false) : 0;
-  MPI_Request request = MPI_REQUEST_NULL;
-  MPI_Ibarrier(MPI_COMM_WORLD, &request);
-  for (int done = 0;;) {
-    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-    if (done) break;
-    const timespec pause{0, 1000000};  // 1 ms
-    nanosleep(&pause, nullptr);
-  }
+  Communicator::world().barrier_sleeping(1000);  // 1 ms naps
   MPI_Bcast(&best, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   return best;
 }

@@ -11,21 +11,38 @@
 //      tessera saves it (the compact /opt_state/count), its elements. One broadcast hands the
 //      plan to every rank, so the metadata is read once, not once per rank (8 ranks on 2 cores:
 //      HDF5's collective open and the validation took 35-40 ms of a 90 ms restore of 96 MiB);
-//   3. a collective MPI_File_open; every rank reads its blocks with INDEPENDENT reads, so that a
-//      failure (a Fletcher32 mismatch, a short read) is local to the ranks whose blocks touch the
-//      bad chunk, which record it and go on to the collective close and the agreement.
+//   3. every rank opens the file itself (POSIX, no collective open) and reads its blocks, so that
+//      a failure (a Fletcher32 mismatch, a short read) is local to the ranks whose blocks touch
+//      the bad chunk, which record it and go on to the agreement.
+// Ranks with nothing to do in a phase (all but rank 0 while it plans, a rank done reading before
+// the others) wait in Communicator::barrier_sleeping, not in MPI's polling loop, which would take
+// the CPU from the ranks still working when there are more ranks than cores.
 //
 // A dataset stored as tessera saves it (chunked, Fletcher32 its only filter, little-endian) is
-// read without HDF5's filter pipeline: each chunk that overlaps the rank's block is read with
-// MPI_File_read_at, straight into the block when the chunk lies in it as one run of memory (the
-// common case of restoring onto the saved spec), else into a buffer from which the overlap is
-// copied, and its checksum is checked here (io/fletcher32.h) against the 4 bytes stored after
-// it. HDF5 would read each chunk into its own buffer, check it there and copy it out. A larger
-// dataset of another writer (contiguous, compressed, big-endian) is read by every rank with
-// H5Dread after a collective H5Fopen, which only such a file pays for.
+// read without HDF5's filter pipeline: each chunk that overlaps the rank's block is read with one
+// preadv (its bytes, then the 4-byte checksum stored after them), straight into the block when the
+// chunk lies in it as one run of memory (the common case of restoring onto the saved spec), else
+// into a buffer from which the overlap is copied. HDF5 would read each chunk into its own buffer,
+// check it there and copy it out. The save lays each writer's chunks out as one run of the file,
+// so a rank restoring onto the saved mesh reads one sequential range.
+//
+// Each chunk is checked (io/fletcher32.h, and against the file's digest) by one rank per node:
+// the replicas of a block on one node (ranks that differ only on mesh axes the spec does not use)
+// read its chunks through the same page cache, so the storage is read once per node and the
+// bytes every replica gets are the bytes one of them checked; replica k of m checks the chunks
+// k, k+m, ... of the block. A replica on another node reads its own copy and checks its share
+// there. A larger dataset of another writer (contiguous, compressed, big-endian) is read by every
+// rank with H5Dread after a collective H5Fopen, which only such a file pays for.
+#include <fcntl.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <array>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "core/checked.h"
 #include "core/error.h"
@@ -325,31 +342,67 @@ RestorePlan make_plan(const std::string& file, const CheckpointState& target) {
   return plan;
 }
 
-// `bytes` bytes at `offset` of the file into `out`, or IoError (a short read means the file
-// was cut off).
-void read_exactly(MPI_File handle, std::uint64_t offset, void* out, std::uint64_t bytes, const std::string& context) {
-  constexpr std::uint64_t max_run = checkpoint_io::max_mpi_run;
-  (void)checked_cast<MPI_Offset>(checked_add(offset, bytes, "file offset"), "file offset");
-  for (std::uint64_t done = 0; done < bytes; done += max_run) {
-    const int count = static_cast<int>(std::min(max_run, bytes - done));
-    MPI_Status status;
-    const int rc = MPI_File_read_at(handle, static_cast<MPI_Offset>(offset + done), static_cast<std::byte*>(out) + done,
-                                    count, MPI_BYTE, &status);
-    if (rc != MPI_SUCCESS) throw IoError(context + ": MPI_File_read_at failed: " + mpi_error_text(rc));
-    int got = 0;
-    MPI_Get_count(&status, MPI_BYTE, &got);
-    if (got != count) {
-      throw IoError(context + ": the file ends inside the data (read " + std::to_string(done + got) + " of " +
-                    std::to_string(bytes) + " bytes at offset " + std::to_string(offset) + "; truncated file)");
+// The file, opened read-only by this rank alone.
+class ReadOnlyFile {
+ public:
+  ReadOnlyFile(const std::string& path, const std::string& context) : fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
+    if (fd_ < 0) throw IoError(context + ": cannot open for reading: " + std::strerror(errno));
+  }
+  ReadOnlyFile(const ReadOnlyFile&) = delete;
+  ReadOnlyFile& operator=(const ReadOnlyFile&) = delete;
+  ~ReadOnlyFile() { ::close(fd_); }
+  int fd() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// A chunk's `bytes` bytes at `offset` into `data` and the 4 checksum bytes after them into
+// `trailer`, or IoError (a short read means the file was cut off).
+void read_chunk(const ReadOnlyFile& file, std::uint64_t offset, void* data, std::uint64_t bytes,
+                unsigned char (&trailer)[4], const std::string& context) {
+  const std::uint64_t total = checked_add<std::uint64_t>(bytes, 4, "chunk size");
+  (void)checked_cast<off_t>(checked_add(offset, total, "file offset"), "file offset");
+  iovec parts[2] = {{data, bytes}, {trailer, 4}};
+  std::uint64_t done = 0;
+  while (done < total) {
+    // The parts not yet read, from `done` on.
+    iovec left[2];
+    int count = 0;
+    std::uint64_t skip = done;
+    for (const iovec& part : parts) {
+      if (skip >= part.iov_len) {
+        skip -= part.iov_len;
+        continue;
+      }
+      left[count++] = {static_cast<std::byte*>(part.iov_base) + skip, part.iov_len - skip};
+      skip = 0;
     }
+    const ssize_t got = ::preadv(file.fd(), left, count, static_cast<off_t>(offset + done));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      throw IoError(context + ": read failed: " + std::strerror(errno));
+    }
+    if (got == 0) {
+      throw IoError(context + ": the file ends inside the data (read " + std::to_string(done) + " of " +
+                    std::to_string(total) + " bytes at offset " + std::to_string(offset) + "; truncated file)");
+    }
+    done += static_cast<std::uint64_t>(got);
   }
 }
+
+// Which chunks of its block this rank checks: chunk p of the block (in the order it reads them)
+// when p % count == index (see the top of the file).
+struct CheckShare {
+  std::uint64_t index = 0;
+  std::uint64_t count = 1;
+};
 
 // Reads every chunk overlapping [offsets, offsets + block) into `local` (see the top of the file).
 // The plan's digest (empty for a version 1 file) catches a chunk that was never written (zeros,
 // whose checksum 0 matches its zero trailer).
-void read_block_direct(const ArrayPlan& plan, MPI_File handle, const std::vector<std::int64_t>& offsets, Tensor& local,
-                       const std::string& context) {
+void read_block_direct(const ArrayPlan& plan, const ReadOnlyFile& file, const std::vector<std::int64_t>& offsets,
+                       CheckShare share, Tensor& local, const std::string& context) {
   const Shape& block = local.shape();
   const std::size_t rank = block.size();
   const std::size_t element = dtype_size(local.dtype());
@@ -365,7 +418,7 @@ void read_block_direct(const ArrayPlan& plan, MPI_File handle, const std::vector
   }
   std::optional<Tensor> buffer;
   std::vector<hsize_t> coords = low;
-  while (true) {
+  for (std::uint64_t position = 0;; ++position) {
     std::vector<hsize_t> start(rank);
     bool inside = true;  // the whole chunk lies in the block
     std::uint64_t first = 0;
@@ -383,16 +436,16 @@ void read_block_direct(const ArrayPlan& plan, MPI_File handle, const std::vector
     if (!direct && !buffer) buffer = Tensor::empty(chunk_shape, local.dtype());
     void* target = direct ? static_cast<void*>(static_cast<std::byte*>(local.raw()) + first * element) : buffer->raw();
     unsigned char trailer[4];
-    read_exactly(handle, address, target, chunk_bytes, context);
-    read_exactly(handle, address + chunk_bytes, trailer, 4, context);
+    read_chunk(file, address, target, chunk_bytes, trailer, context);
     const std::uint32_t want = checkpoint_io::fletcher32_from_trailer(trailer);
-    const std::uint32_t got = checkpoint_io::fletcher32(target, chunk_bytes);
+    const bool check = position % share.count == share.index;
+    const std::uint32_t got = check ? checkpoint_io::fletcher32(target, chunk_bytes) : want;
     if (got != want) {
       throw IoError(context + ": data failed its Fletcher32 checksum (the file is corrupt): chunk at " +
                     checkpoint_io::coords_text(start) + " stores " + std::to_string(want) + ", its bytes sum to " +
                     std::to_string(got));
     }
-    if (!plan.digest.empty() && plan.digest.at(flat) != got) {
+    if (check && !plan.digest.empty() && plan.digest.at(flat) != got) {
       throw IoError(context + ": chunk at " + checkpoint_io::coords_text(start) + " sums to " + std::to_string(got) +
                     " but the checkpoint's digest says " + std::to_string(plan.digest[flat]) +
                     " (its data was never written or was replaced; the file is incomplete)");
@@ -423,8 +476,8 @@ void read_block_direct(const ArrayPlan& plan, MPI_File handle, const std::vector
 
 // This rank's block of the target, read into the target's own storage as the plan says:
 // `dataset` is the array's dataset opened by every rank (Kind::hdf5 only).
-void read_array(const ArrayPlan& plan, hid_t dataset, hid_t transfer, MPI_File handle, const std::string& path,
-                CheckpointArray& target) {
+void read_array(const ArrayPlan& plan, hid_t dataset, hid_t transfer, const ReadOnlyFile& file, CheckShare share,
+                const std::string& path, CheckpointArray& target) {
   const std::string context = "restore_checkpoint: " + format::dataset_context(path, target.path);
   ShardedTensor& want = target.tensor();
   // Rank 0 validated its own target; every rank's must be the same array.
@@ -452,7 +505,7 @@ void read_array(const ArrayPlan& plan, hid_t dataset, hid_t transfer, MPI_File h
   const auto offsets = tessera::block_offsets(want.spec(), mesh.shape(), want.global_shape(), mesh.coords());
   switch (plan.kind) {
     case ArrayPlan::Kind::chunks:
-      read_block_direct(plan, handle, offsets, local, context);
+      read_block_direct(plan, file, offsets, share, local, context);
       break;
     case ArrayPlan::Kind::whole: {
       if (plan.data.size() != static_cast<std::size_t>(numel(plan.shape)) * dtype_size(plan.dtype)) {
@@ -478,6 +531,67 @@ void read_array(const ArrayPlan& plan, hid_t dataset, hid_t transfer, MPI_File h
   }
 }
 
+// What identifies the kernel this rank runs on, whose page cache it reads through: Linux's boot
+// id (one per booted kernel, shared by the containers on it), else the host name.
+std::array<char, 64> kernel_identity() {
+  std::array<char, 64> identity{};
+  std::ifstream boot_id("/proc/sys/kernel/random/boot_id");
+  std::string text;
+  if (!(boot_id >> text) || text.empty()) {
+    char host[identity.size()] = {};
+    ::gethostname(host, sizeof host - 1);
+    text = std::string("host:") + host;
+  }
+  std::memcpy(identity.data(), text.data(), std::min(text.size(), identity.size() - 1));
+  return identity;
+}
+
+// For each rank of `comm`, the lowest rank of `comm` that reads through the same page cache
+// (collective: one all-gather of 64 bytes per rank).
+std::vector<int> node_leaders(const Communicator& comm) {
+  const std::array<char, 64> mine = kernel_identity();
+  const auto ranks = static_cast<std::size_t>(comm.size());
+  std::vector<char> all(ranks * mine.size());
+  check_mpi(MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_CHAR, all.data(),
+                          static_cast<int>(mine.size()), MPI_CHAR, comm.handle()),
+            "MPI_Allgather");
+  std::vector<int> leaders(ranks);
+  for (std::size_t r = 0; r < ranks; ++r) {
+    leaders[r] = static_cast<int>(r);
+    for (std::size_t q = 0; q < r; ++q) {
+      if (std::memcmp(&all[q * mine.size()], &all[r * mine.size()], mine.size()) == 0) {
+        leaders[r] = static_cast<int>(q);
+        break;
+      }
+    }
+  }
+  return leaders;
+}
+
+// This rank's share of the checks of `want`'s block among its replicas on this node (see the
+// top of the file); `leaders` from node_leaders over the mesh's communicator.
+CheckShare check_share(const ShardedTensor& want, const std::vector<int>& leaders) {
+  const Mesh& mesh = want.mesh();
+  const MeshShape& shape = mesh.shape();
+  const Axes used = want.spec().used_axes();
+  Axes replica;
+  int members = 1;
+  for (const auto& axis : shape.names()) {
+    if (std::find(used.begin(), used.end(), axis) != used.end()) continue;
+    replica.push_back(axis);
+    members *= shape.axis_size(axis);
+  }
+  const int me = mesh.rank();
+  CheckShare share{0, 0};
+  for (int k = 0; k < members; ++k) {
+    const int member = shape.rank_of(shape.group_member(mesh.coords(), replica, k));
+    if (leaders.at(static_cast<std::size_t>(member)) != leaders.at(static_cast<std::size_t>(me))) continue;
+    if (member == me) share.index = share.count;
+    ++share.count;
+  }
+  return share;
+}
+
 }  // namespace
 
 void restore_checkpoint_into(const std::string& dir_or_file, CheckpointState& target) {
@@ -492,26 +606,31 @@ void restore_checkpoint_into(const std::string& dir_or_file, CheckpointState& ta
   if (comm.rank() == 0) error = capture_error([&] { file = resolve_checkpoint(dir_or_file, "restore_checkpoint"); });
   checkpoint_io::agree_or_throw_io(comm, error);
   file = broadcast_string(comm, file, 0);
-  // Every rank checks that it sees the file; rank 0 alone reads its metadata and plans.
+  // Every rank checks that it sees the file; rank 0 alone reads its metadata and plans while the
+  // others sleep.
   std::string plan_bytes;
-  checkpoint_io::agree_or_throw_io(comm, capture_error([&] {
+  error = capture_error([&] {
     check_readable(file);
     if (comm.rank() == 0) plan_bytes = serialize(make_plan(file, target));
-  }));
+  });
+  comm.barrier_sleeping();
+  checkpoint_io::agree_or_throw_io(comm, error);
   const RestorePlan plan = deserialize(broadcast_string(comm, plan_bytes, 0));
   const bool through_hdf5 = std::any_of(plan.arrays.begin(), plan.arrays.end(),
                                         [](const ArrayPlan& array) { return array.kind == ArrayPlan::Kind::hdf5; });
+  // Who checks which chunks: arrays with blocks replicated on one node split the checks.
+  std::vector<CheckShare> shares(target.arrays.size());
+  if (mesh != nullptr) {
+    const std::vector<int> leaders = node_leaders(comm);
+    for (std::size_t i = 0; i < target.arrays.size(); ++i) shares[i] = check_share(target.arrays[i].tensor(), leaders);
+  }
 
   const std::string context = "restore_checkpoint: " + format::file_context(file);
-  MPI_File raw = MPI_FILE_NULL;
-  const int rc =
-      MPI_File_open(comm.handle(), checkpoint_io::mpi_io_name(file).c_str(), MPI_MODE_RDONLY, MPI_INFO_NULL, &raw);
-  if (rc != MPI_SUCCESS) error = context + ": MPI_File_open failed: " + mpi_error_text(rc);
-  auto agreed = first_error(comm, error);
   // Only a dataset of another writer too large to broadcast needs every rank's HDF5 (collective).
+  std::optional<std::string> agreed;
   H5Handle handle;
   std::vector<H5Handle> datasets(plan.arrays.size());
-  if (!agreed && through_hdf5) {
+  if (through_hdf5) {
     error = capture_error([&] {
       H5Handle access = checkpoint_io::parallel_file_access(comm.handle(), context);
       handle = file_handle(H5Fopen(checkpoint_io::mpi_io_name(file).c_str(), H5F_ACC_RDONLY, access.get()), "H5Fopen",
@@ -527,18 +646,17 @@ void restore_checkpoint_into(const std::string& dir_or_file, CheckpointState& ta
   }
   if (!agreed) {
     error = capture_error([&] {
+      const ReadOnlyFile source(file, context);
       H5Handle transfer = checkpoint_io::transfer_properties(H5FD_MPIO_INDEPENDENT, context);
       for (std::size_t i = 0; i < target.arrays.size(); ++i) {
-        read_array(plan.arrays[i], datasets[i].valid() ? datasets[i].get() : H5I_INVALID_HID, transfer.get(), raw,
-                   file, target.arrays[i]);
+        read_array(plan.arrays[i], datasets[i].valid() ? datasets[i].get() : H5I_INVALID_HID, transfer.get(), source,
+                   shares[i], file, target.arrays[i]);
       }
     });
   }
-  if (raw != MPI_FILE_NULL) {
-    const int close_rc = MPI_File_close(&raw);
-    if (close_rc != MPI_SUCCESS && !error) error = context + ": MPI_File_close failed: " + mpi_error_text(close_rc);
-  }
-  // Every rank closes (collective) whatever happened, then the outcome is agreed.
+  // Ranks done reading sleep until the last one is (see the top of the file); then every rank
+  // closes (collective) whatever happened, and the outcome is agreed.
+  comm.barrier_sleeping();
   datasets.clear();
   std::optional<std::string> close_error;
   if (through_hdf5) close_error = capture_error([&] { handle.close(context); });

@@ -146,11 +146,17 @@ std::vector<hsize_t> grid_coords(std::size_t index, const std::vector<hsize_t>& 
   return coords;
 }
 
-// Creates one dataset and allocates its chunks, each by a direct chunk write that the skeleton
-// driver drops (io/skeleton_driver.h: no fill is filtered or written).
-// Scalars are written here: a compact dataset lives in the object header.
-void write_array_skeleton(hid_t file, const CheckpointArray& array, const Chunking& chunking, const std::string& path,
-                          std::uint64_t* addresses) {
+// The first element of chunk `index` (row-major over the chunk grid).
+std::vector<hsize_t> chunk_start(const Chunking& chunking, std::size_t index) {
+  std::vector<hsize_t> start = grid_coords(index, chunking.grid);
+  for (std::size_t d = 0; d < start.size(); ++d) start[d] *= chunking.chunk[d];
+  return start;
+}
+
+// Creates one dataset (its chunks are allocated by write_skeleton). Scalars are written here: a
+// compact dataset lives in the object header.
+H5Handle write_array_skeleton(hid_t file, const CheckpointArray& array, const Chunking& chunking,
+                              const std::string& path) {
   const std::string context = format::dataset_context(path, array.path);
   const ShardedTensor& value = array.tensor();
   const Shape& global = value.global_shape();
@@ -190,18 +196,27 @@ void write_array_skeleton(hid_t file, const CheckpointArray& array, const Chunki
   if (global.empty()) {
     check_h5(H5Dwrite(dataset.get(), format::memory_type(dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, value.local().raw()),
              "H5Dwrite", context);
-  } else if (chunking.chunked) {
-    // The filtered size of every chunk is its bytes plus the checksum; an owner writes exactly
-    // that many bytes at the chunk's address, so anything else must stop the save here.
-    for (std::size_t i = 0; i < chunking.count; ++i) {
-      std::vector<hsize_t> offset = grid_coords(i, chunking.grid);
-      for (std::size_t d = 0; d < offset.size(); ++d) offset[d] *= chunking.chunk[d];
-      checkpoint_io::allocate_chunk(dataset.get(), offset, chunking.chunk_bytes + 4, context);
-      addresses[chunking.first + i] =
-          checkpoint_io::filtered_chunk_address(dataset.get(), offset, chunking.chunk_bytes, context);
+  }
+  return dataset;
+}
+
+// The rank of the mesh (row-major coordinates) that writes the chunk at `start` of `value`:
+// coordinate 0 on every axis the spec does not use (writes_block), on a dimension's axes the
+// digits of the block index that holds the chunk (each chunk lies inside one block).
+int writer_of_chunk(const ShardedTensor& value, const MeshShape& mesh, const std::vector<hsize_t>& start) {
+  std::vector<int> coords(static_cast<std::size_t>(mesh.ndim()), 0);
+  const Shape& global = value.global_shape();
+  for (int d = 0; d < static_cast<int>(global.size()); ++d) {
+    const Axes& axes = value.spec().axes(d);
+    if (axes.empty()) continue;
+    std::int64_t block = static_cast<std::int64_t>(start[d]) / block_chunk(global[d], shard_count(value.spec(), mesh, d));
+    for (auto axis = axes.rbegin(); axis != axes.rend(); ++axis) {
+      const int a = mesh.axis_index(*axis);
+      coords[a] = static_cast<int>(block % mesh.sizes()[a]);
+      block /= mesh.sizes()[a];
     }
   }
-  dataset.close(context);
+  return mesh.rank_of(coords);
 }
 
 // Rank 0: the whole file but the chunks' bytes. Returns the address of every chunk.
@@ -217,8 +232,42 @@ std::vector<std::uint64_t> write_skeleton(const CheckpointState& state, const st
   H5Handle file = file_handle(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()), "H5Fcreate",
                               context);
   write_root_attributes(file.get(), state, mesh_shape, temporary);
+  std::vector<H5Handle> datasets;
+  datasets.reserve(state.arrays.size());
   for (std::size_t i = 0; i < state.arrays.size(); ++i) {
-    write_array_skeleton(file.get(), state.arrays[i], chunkings[i], temporary, addresses.data());
+    datasets.push_back(write_array_skeleton(file.get(), state.arrays[i], chunkings[i], temporary));
+  }
+  // Chunks are laid out writer by writer (then array by array, each in chunk-grid order), so that
+  // what one rank writes, and reads back on the same mesh, is one run of the file.
+  struct Allocation {
+    int writer;
+    std::size_t array;
+    std::size_t chunk;
+  };
+  std::vector<Allocation> order;
+  order.reserve(total_chunks);
+  for (std::size_t a = 0; a < state.arrays.size(); ++a) {
+    const Chunking& chunking = chunkings[a];
+    if (!chunking.chunked) continue;
+    for (std::size_t i = 0; i < chunking.count; ++i) {
+      order.push_back({writer_of_chunk(state.arrays[a].tensor(), mesh_shape, chunk_start(chunking, i)), a, i});
+    }
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [](const Allocation& x, const Allocation& y) { return x.writer < y.writer; });
+  // The filtered size of every chunk is its bytes plus the checksum; an owner writes exactly
+  // that many bytes at the chunk's address, so anything else must stop the save here.
+  for (const Allocation& allocation : order) {
+    const Chunking& chunking = chunkings[allocation.array];
+    const std::string where = format::dataset_context(temporary, state.arrays[allocation.array].path);
+    const std::vector<hsize_t> start = chunk_start(chunking, allocation.chunk);
+    const hid_t dataset = datasets[allocation.array].get();
+    checkpoint_io::allocate_chunk(dataset, start, chunking.chunk_bytes + 4, where);
+    addresses[chunking.first + allocation.chunk] =
+        checkpoint_io::filtered_chunk_address(dataset, start, chunking.chunk_bytes, where);
+  }
+  for (std::size_t i = 0; i < datasets.size(); ++i) {
+    datasets[i].close(format::dataset_context(temporary, state.arrays[i].path));
   }
   file.close(context);
   return addresses;

@@ -1,6 +1,8 @@
 // Owned and borrowed MPI communicators.
 #include "mesh/communicator.h"
 
+#include <time.h>
+
 #include <utility>
 
 #include "mesh/mpi_check.h"
@@ -66,5 +68,16 @@ Communicator Communicator::split_shared() const {
 }
 
 void Communicator::barrier() const { check_mpi(MPI_Barrier(comm_), "MPI_Barrier"); }
+
+void Communicator::barrier_sleeping(long pause_us) const {
+  MPI_Request request = MPI_REQUEST_NULL;
+  check_mpi(MPI_Ibarrier(comm_, &request), "MPI_Ibarrier");
+  const timespec pause{pause_us / 1000000, (pause_us % 1000000) * 1000};
+  for (int done = 0;;) {
+    check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    if (done) return;
+    nanosleep(&pause, nullptr);
+  }
+}
 
 }  // namespace tessera

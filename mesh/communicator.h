@@ -28,6 +28,10 @@ class Communicator {
   // The ranks that share memory with this one (one node).
   Communicator split_shared() const;
   void barrier() const;
+  // A barrier whose waiting ranks sleep `pause_us` microseconds between tests instead of polling
+  // MPI's progress loop: for a rank that finishes long work (file I/O) before the others, so that
+  // it takes no CPU from ranks still working on the same cores (more ranks than cores).
+  void barrier_sleeping(long pause_us = 100) const;
 
  private:
   void release() noexcept;

@@ -65,11 +65,11 @@ void flip_byte(const std::string& file, std::uint64_t offset) {
   stream.put(static_cast<char>(c ^ 0x5a));
 }
 
-// The file offset of W1's chunk that starts at (0, column).
-std::uint64_t w1_chunk_address(const std::string& file, hsize_t column) {
+// The file offset of W1's chunk that starts at (row, column).
+std::uint64_t w1_chunk_address(const std::string& file, hsize_t column, hsize_t row = 0) {
   H5Handle handle = file_handle(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), "H5Fopen", file);
   H5Handle dataset = dataset_handle(H5Dopen2(handle.get(), ("/" + w1).c_str(), H5P_DEFAULT), "H5Dopen2", file);
-  const hsize_t offset[2] = {0, column};
+  const hsize_t offset[2] = {row, column};
   unsigned filter_mask = 0;
   haddr_t address = 0;
   hsize_t size = 0;
@@ -289,6 +289,33 @@ TEST(CheckpointBadFiles, FlippedByteInTheLastRanksChunkFailsItsChecksumOnEveryRa
     EXPECT_FALSE(verify_checkpoint(file, &report));
     EXPECT_NE(report.find("FAILED /" + w1), std::string::npos) << report;
     EXPECT_NE(report.find("ok     /params/MLP_0/DotReluDot_0/W2"), std::string::npos) << report;
+  }
+}
+
+// The replicas of a block on one node split its checks (io/restore.cpp): with W1 [8, 16]
+// P(None, model) on data x model, in chunks of two rows (four per block), the replica at data 0
+// checks the block's chunks 0 and 2, the one at data 1 chunks 1 and 3. A flipped byte is found by
+// the replica that checks its chunk alone, and every rank throws its message.
+TEST(CheckpointBadFiles, ReplicasOnOneNodeSplitTheChecksOfTheirBlock) {
+  const int data = world_size() % 2 == 0 ? 2 : 1;
+  const int model = world_size() / data;
+  const Mesh mesh = Mesh::world(MeshShape({"data", "model"}, {data, model}));
+  const std::vector<ArrayDef> defs = {model_arrays()[0]};  // W1 [8, 16]
+  ASSERT_EQ(defs[0].path, w1);
+  const auto spec = [](const ArrayDef&, std::size_t) { return parse_spec("P(None, model)"); };
+  SaveOptions options;
+  options.max_chunk_bytes = 2 * (16 / model) * 4;
+  for (int position = 0; position < 4; ++position) {
+    TempDir dir("replica_checks_" + std::to_string(position));
+    const std::string file = save_checkpoint(io_testing::make_state(mesh, defs, spec, true), dir.path(), options);
+    if (world_rank() == 0) flip_byte(file, w1_chunk_address(file, 0, 2 * position) + 5);
+    MPI_Barrier(MPI_COMM_WORLD);
+    const std::string message = restore_error(dir.path(), io_testing::make_state(mesh, defs, spec, false));
+    const int checker = (position % data) * model;  // coordinates (position % data, 0)
+    const std::string expected = from_rank(checker) + "restore_checkpoint: file '" + file + "', dataset '/" + w1 +
+                                 "': data failed its Fletcher32 checksum (the file is corrupt): chunk at (" +
+                                 std::to_string(2 * position) + ", 0) stores ";
+    EXPECT_TRUE(message.starts_with(expected)) << message << "\nexpected prefix: " << expected;
   }
 }
 
