@@ -11,6 +11,7 @@
 #include "core/text.h"
 #include "io/checkpoint.h"
 #include "io/checkpoint_dir.h"
+#include "mesh/communicator.h"
 #include "mesh/mpi_check.h"
 
 namespace tessera::apps {
@@ -52,14 +53,7 @@ RunCheckpoints open_run_checkpoints(const Communicator& comm, const std::string&
 double memory_per_rank_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES);
   const long page_size = sysconf(_SC_PAGE_SIZE);
-  MPI_Comm node = MPI_COMM_NULL;
-  check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
-            "MPI_Comm_split_type (ranks on this node)");
-  int on_node = 1;
-  const int size_rc = MPI_Comm_size(node, &on_node);
-  const int free_rc = MPI_Comm_free(&node);
-  check_mpi(size_rc, "MPI_Comm_size (ranks on this node)");
-  check_mpi(free_rc, "MPI_Comm_free (ranks on this node)");
+  const int on_node = Communicator::world().split_shared().size();  // ranks on this node
   // sysconf fails with -1: count it as no limit known rather than as no memory.
   double share = pages > 0 && page_size > 0 ? static_cast<double>(pages) * page_size / on_node : 1e300;
   check_mpi(MPI_Allreduce(MPI_IN_PLACE, &share, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD),
