@@ -208,6 +208,15 @@ void require_even_split(const Spec& spec, const MeshShape& mesh, const Shape& sh
 
 int shard_count(const Spec& spec, const MeshShape& mesh, int d) { return mesh.axes_size(spec.axes(d)); }
 
+Axes unused_axes(const Spec& spec, const MeshShape& mesh) {
+  const Axes used = spec.used_axes();
+  Axes out;
+  for (const auto& axis : mesh.names()) {
+    if (std::find(used.begin(), used.end(), axis) == used.end()) out.push_back(axis);
+  }
+  return out;
+}
+
 std::int64_t block_chunk(std::int64_t n, std::int64_t s) { return s <= 1 ? n : (n + s - 1) / s; }
 
 std::int64_t block_begin(std::int64_t n, std::int64_t s, std::int64_t i) {

@@ -77,6 +77,9 @@ bool blocks_nest(std::int64_t n, std::int64_t outer, std::int64_t inner);
 
 // The number of blocks dimension d is split into.
 int shard_count(const Spec& spec, const MeshShape& mesh, int d);
+// The mesh axes the spec does not use (neither splitting a dimension nor partial), in mesh order:
+// ranks that differ only on them hold the same block.
+Axes unused_axes(const Spec& spec, const MeshShape& mesh);
 // Whether every split dimension divides by its axes (all blocks have the same shape).
 bool splits_evenly(const Spec& spec, const MeshShape& mesh, const Shape& global);
 // The shape of the block held at `coords`. Assumes a valid spec.

@@ -568,19 +568,22 @@ std::vector<int> node_leaders(const Communicator& comm) {
   return leaders;
 }
 
+// The ranks that hold the same block of `want` as this one (differing only on the mesh axes its
+// spec does not use): 1 when the block is not replicated.
+int replicas_of(const ShardedTensor& want) {
+  int members = 1;
+  for (const auto& axis : unused_axes(want.spec(), want.mesh().shape())) members *= want.mesh().shape().axis_size(axis);
+  return members;
+}
+
 // This rank's share of the checks of `want`'s block among its replicas on this node (see the
 // top of the file); `leaders` from node_leaders over the mesh's communicator.
 CheckShare check_share(const ShardedTensor& want, const std::vector<int>& leaders) {
+  const int members = replicas_of(want);
+  if (members == 1) return {};
   const Mesh& mesh = want.mesh();
   const MeshShape& shape = mesh.shape();
-  const Axes used = want.spec().used_axes();
-  Axes replica;
-  int members = 1;
-  for (const auto& axis : shape.names()) {
-    if (std::find(used.begin(), used.end(), axis) != used.end()) continue;
-    replica.push_back(axis);
-    members *= shape.axis_size(axis);
-  }
+  const Axes replica = unused_axes(want.spec(), shape);
   const int me = mesh.rank();
   CheckShare share{0, 0};
   for (int k = 0; k < members; ++k) {
@@ -618,9 +621,11 @@ void restore_checkpoint_into(const std::string& dir_or_file, CheckpointState& ta
   const RestorePlan plan = deserialize(broadcast_string(comm, plan_bytes, 0));
   const bool through_hdf5 = std::any_of(plan.arrays.begin(), plan.arrays.end(),
                                         [](const ArrayPlan& array) { return array.kind == ArrayPlan::Kind::hdf5; });
-  // Who checks which chunks: arrays with blocks replicated on one node split the checks.
+  // Who checks which chunks: arrays with blocks replicated on one node split the checks. Whether
+  // any block is replicated follows from the specs, so every rank takes the gather or none does.
   std::vector<CheckShare> shares(target.arrays.size());
-  if (mesh != nullptr) {
+  if (std::any_of(target.arrays.begin(), target.arrays.end(),
+                  [](const CheckpointArray& array) { return replicas_of(array.tensor()) > 1; })) {
     const std::vector<int> leaders = node_leaders(comm);
     for (std::size_t i = 0; i < target.arrays.size(); ++i) shares[i] = check_share(target.arrays[i].tensor(), leaders);
   }

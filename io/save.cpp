@@ -73,10 +73,8 @@ void validate_for_save(const CheckpointState& state) {
 // so each block is written by exactly one rank.
 bool writes_block(const ShardedTensor& value) {
   const Mesh& mesh = value.mesh();
-  const Axes used = value.spec().used_axes();
-  for (int a = 0; a < mesh.shape().ndim(); ++a) {
-    const auto& axis = mesh.shape().names()[a];
-    if (std::find(used.begin(), used.end(), axis) == used.end() && mesh.coords()[a] != 0) return false;
+  for (const auto& axis : unused_axes(value.spec(), mesh.shape())) {
+    if (mesh.coords()[mesh.shape().axis_index(axis)] != 0) return false;
   }
   return true;
 }

@@ -76,6 +76,15 @@ TEST(Spec, EqualityPadsAndIgnoresPartialOrder) {
   EXPECT_FALSE(parse_spec("P(data)") == parse_spec("P(None, data)"));
 }
 
+TEST(Spec, UnusedAxesAreTheMeshAxesNeitherSplitNorPartial) {
+  const MeshShape mesh({"data", "seq", "model"}, {2, 1, 4});
+  EXPECT_EQ(unused_axes(parse_spec("P(None, model)"), mesh), (Axes{"data", "seq"}));
+  EXPECT_EQ(unused_axes(parse_spec("P((model, data), None)"), mesh), (Axes{"seq"}));
+  EXPECT_EQ(unused_axes(Spec(std::vector<Axes>{{}, {"model"}}, Axes{"data"}), mesh), (Axes{"seq"}));
+  EXPECT_EQ(unused_axes(Spec(), mesh), (Axes{"data", "seq", "model"}));
+  EXPECT_EQ(unused_axes(parse_spec("P(data, seq, model)"), mesh), Axes{});
+}
+
 TEST(Spec, ValidateUnknownAxis) {
   EXPECT_EQ(validate_error(parse_spec("P(data, expert)"), kMesh, {8, 8}, "W1"),
             "spec P(data, expert) of 'W1': unknown mesh axis 'expert' (mesh has data: 2, model: 4)");
