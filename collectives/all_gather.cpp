@@ -5,6 +5,7 @@
 #include "collectives/collectives.h"
 #include "collectives/comm_stats.h"
 #include "collectives/layout.h"
+#include "collectives/node_collectives.h"
 #include "mesh/mpi_check.h"
 
 namespace tessera {
@@ -25,6 +26,7 @@ Tensor all_gather(const Mesh& mesh, const Tensor& local, const Axes& axes, int d
   if (n == 1) return local;
   Tensor out = Tensor::empty(out_shape, local.dtype());
   if (bytes == 0) return out;
+  if (detail::node_all_gather(local.raw(), out.raw(), layout, comm)) return out;
   detail::Message send = detail::contiguous_message(bytes, "all_gather");
   if (layout.consecutive()) {
     check_mpi(MPI_Allgather(local.raw(), send.count, send.type.get(), out.raw(), send.count, send.type.get(),

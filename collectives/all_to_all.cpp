@@ -4,6 +4,7 @@
 #include "collectives/collectives.h"
 #include "collectives/comm_stats.h"
 #include "collectives/layout.h"
+#include "collectives/node_collectives.h"
 #include "mesh/mpi_check.h"
 
 namespace tessera {
@@ -29,6 +30,7 @@ Tensor all_to_all(const Mesh& mesh, const Tensor& local, const Axes& axes, int s
   const detail::BlockLayout recv_layout = detail::block_layout(out_shape, local.dtype(), concat_dim, n, "all_to_all");
   Tensor out = Tensor::empty(out_shape, local.dtype());
   if (bytes == 0) return out;
+  if (detail::node_all_to_all(local.raw(), send_layout, out.raw(), recv_layout, comm)) return out;
   const bool use_datatype = pack_method() == PackMethod::datatype;
   detail::Message piece = detail::contiguous_message(bytes / n, "all_to_all");
 

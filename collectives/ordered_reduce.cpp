@@ -7,18 +7,19 @@
 #include <vector>
 
 #include "collectives/layout.h"
+#include "collectives/node_collectives.h"
 #include "mesh/mpi_check.h"
 
 namespace tessera::detail {
 
 namespace {
 
-// out[i] = combine over k < n of in[k * count + i], in k order.
+// out[i] = combine over k < n of in[k * stride + i], in k order.
 template <class T>
-void combine_typed(const T* in, T* out, std::int64_t count, int n, ReduceOp op) {
+void combine_typed(const T* in, std::int64_t stride, T* out, std::int64_t count, int n, ReduceOp op) {
   std::copy(in, in + count, out);
   for (int k = 1; k < n; ++k) {
-    const T* piece = in + k * count;
+    const T* piece = in + k * stride;
     if (op == ReduceOp::sum) {
       for (std::int64_t i = 0; i < count; ++i) out[i] += piece[i];
     } else {
@@ -28,12 +29,12 @@ void combine_typed(const T* in, T* out, std::int64_t count, int n, ReduceOp op) 
 }
 
 // The same for bf16, in f32, rounded once.
-void combine_bf16(const bfloat16* in, bfloat16* out, std::int64_t count, int n, ReduceOp op) {
+void combine_bf16(const bfloat16* in, std::int64_t stride, bfloat16* out, std::int64_t count, int n, ReduceOp op) {
   Tensor acc_storage = Tensor::empty({count}, DType::f32);
   float* acc = acc_storage.data<float>();
   convert_bf16_to_f32(in, acc, static_cast<std::size_t>(count));
   for (int k = 1; k < n; ++k) {
-    const bfloat16* piece = in + k * count;
+    const bfloat16* piece = in + k * stride;
     if (op == ReduceOp::sum) {
       for (std::int64_t i = 0; i < count; ++i) acc[i] += float(piece[i]);
     } else {
@@ -43,22 +44,29 @@ void combine_bf16(const bfloat16* in, bfloat16* out, std::int64_t count, int n, 
   convert_f32_to_bf16(acc, out, static_cast<std::size_t>(count));
 }
 
-void combine_pieces(const void* in, void* out, std::int64_t count, int n, DType dtype, ReduceOp op) {
+}  // namespace
+
+void combine_pieces(const void* in, std::int64_t stride, void* out, std::int64_t count, int n, DType dtype,
+                    ReduceOp op) {
   switch (dtype) {
     case DType::f32:
-      return combine_typed(static_cast<const float*>(in), static_cast<float*>(out), count, n, op);
+      return combine_typed(static_cast<const float*>(in), stride, static_cast<float*>(out), count, n, op);
     case DType::f64:
-      return combine_typed(static_cast<const double*>(in), static_cast<double*>(out), count, n, op);
+      return combine_typed(static_cast<const double*>(in), stride, static_cast<double*>(out), count, n, op);
     case DType::i32:
       if (op == ReduceOp::sum) {
         // As unsigned: the bits of a two's complement sum, without signed overflow.
-        return combine_typed(static_cast<const std::uint32_t*>(in), static_cast<std::uint32_t*>(out), count, n, op);
+        return combine_typed(static_cast<const std::uint32_t*>(in), stride, static_cast<std::uint32_t*>(out), count,
+                             n, op);
       }
-      return combine_typed(static_cast<const std::int32_t*>(in), static_cast<std::int32_t*>(out), count, n, op);
+      return combine_typed(static_cast<const std::int32_t*>(in), stride, static_cast<std::int32_t*>(out), count, n,
+                           op);
     case DType::bf16:
-      return combine_bf16(static_cast<const bfloat16*>(in), static_cast<bfloat16*>(out), count, n, op);
+      return combine_bf16(static_cast<const bfloat16*>(in), stride, static_cast<bfloat16*>(out), count, n, op);
   }
 }
+
+namespace {
 
 // An all-reduce moves at most this many bytes per all-to-all and all-gather: the scratch stays
 // small and in cache, and a segment's sum overlaps nothing but is short (measured: 256 MiB of
@@ -86,7 +94,7 @@ void alltoall_combine(const void* send, const std::vector<int>& counts, void* ou
   check_mpi(MPI_Alltoallv(send, counts.data(), displs.data(), type, pieces, recv_counts.data(), recv_displs.data(),
                           type, comm.handle()),
             std::string("MPI_Alltoallv (") + what + ")");
-  if (mine > 0) combine_pieces(pieces, out, mine, n, dtype, op);
+  if (mine > 0) combine_pieces(pieces, mine, out, mine, n, dtype, op);
 }
 
 }  // namespace
@@ -119,17 +127,19 @@ void all_reduce_ordered(const void* send, void* recv, std::int64_t count, DType 
 
 void reduce_scatter_ordered(const void* send, void* recv, int count, DType dtype, const Communicator& comm) {
   const int n = comm.size();
+  if (node_reduce_scatter(send, recv, std::vector<int>(n, count), dtype, comm)) return;
   const std::int64_t item = static_cast<std::int64_t>(dtype_size(dtype));
   Tensor pieces = scratch_buffer(static_cast<std::int64_t>(n) * count * item);
   const MPI_Datatype type = mpi_datatype(dtype);
   // MPI_Alltoall, not alltoall_combine's MPI_Alltoallv: no displacement here must fit an int.
   check_mpi(MPI_Alltoall(send, count, type, pieces.raw(), count, type, comm.handle()),
             "MPI_Alltoall (reduce_scatter)");
-  combine_pieces(pieces.raw(), recv, count, n, dtype, ReduceOp::sum);
+  combine_pieces(pieces.raw(), count, recv, count, n, dtype, ReduceOp::sum);
 }
 
 void reduce_scatter_ordered_v(const void* send, void* recv, const std::vector<int>& counts, DType dtype,
                               const Communicator& comm) {
+  if (node_reduce_scatter(send, recv, counts, dtype, comm)) return;
   const std::int64_t received = static_cast<std::int64_t>(comm.size()) * counts[comm.rank()];
   checked_count(received, "reduce_scatter");
   Tensor pieces = scratch_buffer(received * static_cast<std::int64_t>(dtype_size(dtype)));

@@ -31,6 +31,11 @@ namespace tessera::detail {
 // below: collectives/all_reduce.cpp).
 inline constexpr std::size_t kOrderedAllReduceBytes = std::size_t{16} << 20;
 
+// out[i] = the sum (or maximum) over k < n, in k order, of in[k * stride + i] for i < count
+// (elements of `dtype`; bf16: in f32, rounded once; i32 sums wrap).
+void combine_pieces(const void* in, std::int64_t stride, void* out, std::int64_t count, int n, DType dtype,
+                    ReduceOp op);
+
 // recv[i] = the sum (or maximum) over ranks r, in rank order, of send_r[i] for i < count (bf16:
 // in f32, rounded once). send may equal recv. Runs in segments of 4 MiB, so its scratch is two
 // segments whatever the count.

@@ -12,13 +12,18 @@ namespace tessera {
 Communicator Communicator::world() { return Communicator(MPI_COMM_WORLD, false); }
 
 Communicator::Communicator(Communicator&& other) noexcept
-    : comm_(std::exchange(other.comm_, MPI_COMM_NULL)), owned_(std::exchange(other.owned_, false)) {}
+    : comm_(std::exchange(other.comm_, MPI_COMM_NULL)),
+      owned_(std::exchange(other.owned_, false)),
+      channel_opened_(std::exchange(other.channel_opened_, false)),
+      channel_(std::move(other.channel_)) {}
 
 Communicator& Communicator::operator=(Communicator&& other) noexcept {
   if (this != &other) {
     release();
     comm_ = std::exchange(other.comm_, MPI_COMM_NULL);
     owned_ = std::exchange(other.owned_, false);
+    channel_opened_ = std::exchange(other.channel_opened_, false);
+    channel_ = std::move(other.channel_);
   }
   return *this;
 }
@@ -31,6 +36,8 @@ void Communicator::release() noexcept {
   if (owned_ && comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
   comm_ = MPI_COMM_NULL;
   owned_ = false;
+  channel_.reset();
+  channel_opened_ = false;
 }
 
 int Communicator::rank() const {
@@ -78,6 +85,18 @@ void Communicator::barrier_sleeping(long pause_us) const {
     if (done) return;
     nanosleep(&pause, nullptr);
   }
+}
+
+}  // namespace tessera
+
+namespace tessera {
+
+NodeChannel* Communicator::node_channel() const {
+  if (!channel_opened_) {
+    channel_ = NodeChannel::open(comm_);
+    channel_opened_ = true;
+  }
+  return channel_.get();
 }
 
 }  // namespace tessera

@@ -4,6 +4,10 @@
 
 #include <mpi.h>
 
+#include <memory>
+
+#include "mesh/node_channel.h"
+
 namespace tessera {
 
 class Communicator {
@@ -33,10 +37,18 @@ class Communicator {
   // it takes no CPU from ranks still working on the same cores (more ranks than cores).
   void barrier_sleeping(long pause_us = 100) const;
 
+  // Shared memory among this communicator's ranks when they all run on one node
+  // (mesh/node_channel.h), nullptr otherwise. Made by the first call, which is collective:
+  // every rank of the communicator calls it at the same point (the collectives do, before any
+  // block of more than one rank).
+  NodeChannel* node_channel() const;
+
  private:
   void release() noexcept;
   MPI_Comm comm_ = MPI_COMM_NULL;
   bool owned_ = false;
+  mutable bool channel_opened_ = false;
+  mutable std::unique_ptr<NodeChannel> channel_;
 };
 
 }  // namespace tessera

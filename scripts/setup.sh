@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages tessera builds with, when they are missing. Safe to run twice.
-# Needs root (or sudo) only when something is missing.
+# Needs root (or sudo) only when something is missing. TESSERA_SETUP_TORCH=1 adds python3-torch.
 set -euo pipefail
 
 packages=(
@@ -15,6 +15,11 @@ packages=(
   iproute2 util-linux bc
   munge slurmctld slurmd slurm-client
 )
+# The PyTorch reference of bench_train's transformer (scripts/bench_torch_lm.py), a comparison
+# outside the tests: only on request, as it brings about 160 packages.
+if [ "${TESSERA_SETUP_TORCH:-0}" = 1 ]; then
+  packages+=(python3-torch)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -1,0 +1,250 @@
+// The node channel (mesh/node_channel.h) and the collectives through it
+// (collectives/node_collectives.h): which communicators get one, that its barrier orders every
+// phase and lets a long wait sleep, and that every collective through it gives, bit for bit, the
+// combination in rank order that each rank recomputes from every rank's input. The public
+// collectives' suites (collectives_test, bf16_collectives_test) run through the channel too, and
+// once more without it (TESSERA_SHM_COLLECTIVES=0, tests/collectives/CMakeLists.txt).
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "collectives/collectives.h"
+#include "collectives/layout.h"
+#include "collectives/node_collectives.h"
+#include "collectives/ordered_reduce.h"
+#include "core/bfloat16.h"
+#include "mesh/communicator.h"
+
+namespace tessera {
+namespace {
+
+// Rank r's `count` elements of `dtype`: random values (integers below 2^20 for i32, bf16-exact
+// values for bf16) from a seed of (r, salt), so every rank can rebuild every rank's input.
+Tensor input_of(int r, std::int64_t count, DType dtype, int salt) {
+  std::mt19937 gen(static_cast<unsigned>(r * 7919 + salt));
+  std::uniform_real_distribution<float> real(-4.0f, 4.0f);
+  Tensor t({count}, dtype);
+  for (std::int64_t i = 0; i < count; ++i) {
+    const float x = real(gen);
+    switch (dtype) {
+      case DType::f32: t.data<float>()[i] = x; break;
+      case DType::f64: t.data<double>()[i] = static_cast<double>(x) / 3.0; break;
+      case DType::i32: t.data<std::int32_t>()[i] = static_cast<std::int32_t>(gen() % (1u << 20)) - (1 << 19); break;
+      case DType::bf16: t.data<bfloat16>()[i] = bfloat16(x); break;
+    }
+  }
+  return t;
+}
+
+// The n inputs side by side ([n][count]), combined in rank order by the same routine as every
+// ordered reduction.
+Tensor expected_combination(int n, std::int64_t count, DType dtype, int salt, ReduceOp op) {
+  const auto item = static_cast<std::int64_t>(dtype_size(dtype));
+  Tensor all({n * count}, dtype), out({count}, dtype);
+  for (int r = 0; r < n; ++r) {
+    std::memcpy(static_cast<std::byte*>(all.raw()) + r * count * item, input_of(r, count, dtype, salt).raw(),
+                static_cast<std::size_t>(count * item));
+  }
+  detail::combine_pieces(all.raw(), count, out.raw(), count, n, dtype, op);
+  return out;
+}
+
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+}
+
+double cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+}
+
+TEST(NodeChannel, CommunicatorsOfOneNodeHaveOneAndASingleRankHasNone) {
+  const Communicator comm = Communicator::world().dup();
+  NodeChannel* channel = comm.node_channel();
+  if (comm.size() == 1) {
+    EXPECT_EQ(channel, nullptr);
+    return;
+  }
+  ASSERT_NE(channel, nullptr);
+  EXPECT_EQ(channel->size(), comm.size());
+  EXPECT_EQ(channel->rank(), comm.rank());
+  EXPECT_EQ(comm.node_channel(), channel);  // made once
+  // A communicator of this rank alone has none.
+  const Communicator alone = comm.split(comm.rank(), 0);
+  EXPECT_EQ(alone.node_channel(), nullptr);
+}
+
+TEST(NodeChannel, TurnedOffByTheEnvironment) {
+  setenv("TESSERA_SHM_COLLECTIVES", "0", 1);
+  const Communicator comm = Communicator::world().dup();
+  EXPECT_EQ(comm.node_channel(), nullptr);
+  unsetenv("TESSERA_SHM_COLLECTIVES");
+  const Communicator again = Communicator::world().dup();
+  EXPECT_EQ(again.node_channel() != nullptr, again.size() > 1);
+}
+
+// Every phase, each rank writes its phase number into the first and last word of its slot and
+// then reads every rank's: all of them, from the phase just ended, never one from the phase
+// before or the one after. Ranks take turns lagging behind the others.
+TEST(NodeChannel, TheBarrierOrdersEveryPhase) {
+  const Communicator comm = Communicator::world().dup();
+  NodeChannel* channel = comm.node_channel();
+  if (channel == nullptr) GTEST_SKIP() << "one rank";
+  const int n = channel->size(), me = channel->rank();
+  const std::int64_t last = channel->slot_bytes() / 8 - 1;
+  int wrong = 0;
+  for (std::int64_t phase = 1; phase <= 3000; ++phase) {
+    auto* mine = reinterpret_cast<std::int64_t*>(channel->slot());
+    mine[0] = phase * n + me;
+    mine[last] = -(phase * n + me);
+    if (phase % 97 == me) {
+      const timespec pause{0, 200'000};
+      nanosleep(&pause, nullptr);
+    }
+    channel->barrier();
+    const std::byte* region = channel->previous_region();
+    for (int k = 0; k < n; ++k) {
+      const auto* theirs = reinterpret_cast<const std::int64_t*>(region + k * channel->slot_bytes());
+      wrong += theirs[0] != phase * n + k || theirs[last] != -(phase * n + k);
+    }
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
+// Ranks that wait for one rank's long work sleep on the futex after the spin, and wake when it
+// arrives: their CPU time stays well below the wait.
+TEST(NodeChannel, ALongWaitSleepsAndWakes) {
+  const Communicator comm = Communicator::world().dup();
+  NodeChannel* channel = comm.node_channel();
+  if (channel == nullptr) GTEST_SKIP() << "one rank";
+  channel->barrier();
+  const double cpu_before = cpu_seconds();
+  const auto start = std::chrono::steady_clock::now();
+  if (channel->rank() == 0) {
+    const timespec pause{0, 300'000'000};
+    nanosleep(&pause, nullptr);
+  }
+  channel->barrier();
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double cpu = cpu_seconds() - cpu_before;
+  EXPECT_GE(waited, 0.29);
+  if (channel->rank() != 0) {
+    EXPECT_LT(cpu, 0.1) << "waited " << waited << " s";
+  }
+}
+
+struct Case {
+  DType dtype;
+  ReduceOp op;
+};
+
+TEST(NodeCollectives, AllReduceIsTheCombinationInRankOrderBitForBit) {
+  const Communicator comm = Communicator::world().dup();
+  const int n = comm.size(), me = comm.rank();
+  if (n == 1) GTEST_SKIP() << "one rank";
+  const Case cases[] = {{DType::f32, ReduceOp::sum}, {DType::f32, ReduceOp::max}, {DType::f64, ReduceOp::sum},
+                        {DType::i32, ReduceOp::sum}, {DType::i32, ReduceOp::max}, {DType::bf16, ReduceOp::sum}};
+  int salt = 0;
+  for (const Case& c : cases) {
+    const auto item = static_cast<std::int64_t>(dtype_size(c.dtype));
+    // One element; one round (up to 16 KiB); two rounds; a whole slot; fewer elements than ranks
+    // is covered by count 1.
+    for (const std::int64_t count : {std::int64_t{1}, std::int64_t{1001}, 16384 / item + 3, (std::int64_t{1} << 20) / item}) {
+      ++salt;
+      const Tensor in = input_of(me, count, c.dtype, salt);
+      Tensor out({count}, c.dtype);
+      ASSERT_TRUE(detail::node_all_reduce(in.raw(), out.raw(), count, c.dtype, comm, c.op));
+      EXPECT_TRUE(same_bytes(out, expected_combination(n, count, c.dtype, salt, c.op)))
+          << dtype_name(c.dtype) << " count " << count;
+      // In place.
+      Tensor inout = in;  // a copy (Tensor copies its storage)
+      ASSERT_TRUE(detail::node_all_reduce(inout.raw(), inout.raw(), count, c.dtype, comm, c.op));
+      EXPECT_TRUE(same_bytes(inout, out)) << dtype_name(c.dtype) << " count " << count << " in place";
+    }
+  }
+  // A block larger than a slot is not carried, on every rank.
+  const std::int64_t over = (std::int64_t{1} << 20) / 4 + 1;
+  Tensor big({over}, DType::f32);
+  EXPECT_FALSE(detail::node_all_reduce(big.raw(), big.raw(), over, DType::f32, comm, ReduceOp::sum));
+}
+
+TEST(NodeCollectives, ReduceScatterEvenAndUnevenIsTheCombinationInRankOrder) {
+  const Communicator comm = Communicator::world().dup();
+  const int n = comm.size(), me = comm.rank();
+  if (n == 1) GTEST_SKIP() << "one rank";
+  int salt = 100;
+  for (const DType dtype : {DType::f32, DType::bf16, DType::i32}) {
+    for (const bool even : {true, false}) {
+      std::vector<int> counts(n);
+      std::int64_t total = 0, offset = 0;
+      for (int k = 0; k < n; ++k) {
+        counts[k] = even ? 300 : 17 * k + (k % 2);  // uneven: rank 0 gets none
+        if (k == me) offset = total;
+        total += counts[k];
+      }
+      ++salt;
+      const Tensor in = input_of(me, total, dtype, salt);
+      Tensor out({counts[me]}, dtype);
+      ASSERT_TRUE(detail::node_reduce_scatter(in.raw(), out.raw(), counts, dtype, comm));
+      const Tensor all = expected_combination(n, total, dtype, salt, ReduceOp::sum);
+      const auto item = static_cast<std::int64_t>(dtype_size(dtype));
+      EXPECT_EQ(std::memcmp(out.raw(), static_cast<const std::byte*>(all.raw()) + offset * item,
+                            static_cast<std::size_t>(counts[me] * item)),
+                0)
+          << dtype_name(dtype) << (even ? " even" : " uneven");
+    }
+  }
+}
+
+// all_gather and all_to_all along an inner dimension of [outer][n * run] blocks: rank r's block
+// holds r * 1000 + its index, and every element arrives where the layout puts it.
+TEST(NodeCollectives, AllGatherAndAllToAllFollowTheLayout) {
+  const Communicator comm = Communicator::world().dup();
+  const int n = comm.size(), me = comm.rank();
+  if (n == 1) GTEST_SKIP() << "one rank";
+  for (const std::int64_t outer : {std::int64_t{1}, std::int64_t{3}}) {
+    const std::int64_t per = 5;  // elements of one outer index of one block
+    detail::BlockLayout layout{outer, per * 4, n};
+    std::vector<std::int32_t> block(static_cast<std::size_t>(outer * per));
+    for (std::size_t i = 0; i < block.size(); ++i) block[i] = me * 1000 + static_cast<std::int32_t>(i);
+    std::vector<std::int32_t> gathered(static_cast<std::size_t>(n * outer * per));
+    ASSERT_TRUE(detail::node_all_gather(block.data(), gathered.data(), layout, comm));
+    int wrong = 0;
+    for (std::int64_t o = 0; o < outer; ++o) {
+      for (int k = 0; k < n; ++k) {
+        for (std::int64_t j = 0; j < per; ++j) {
+          wrong += gathered[static_cast<std::size_t>((o * n + k) * per + j)] != k * 1000 + o * per + j;
+        }
+      }
+    }
+    EXPECT_EQ(wrong, 0) << "all_gather, outer " << outer;
+
+    // all_to_all: this rank's [outer][n][per] send; block k (its runs) goes to rank k.
+    std::vector<std::int32_t> send(static_cast<std::size_t>(outer * n * per)), recv(send.size());
+    for (std::size_t i = 0; i < send.size(); ++i) send[i] = me * 100000 + static_cast<std::int32_t>(i);
+    ASSERT_TRUE(detail::node_all_to_all(send.data(), layout, recv.data(), layout, comm));
+    wrong = 0;
+    for (std::int64_t o = 0; o < outer; ++o) {
+      for (int k = 0; k < n; ++k) {
+        for (std::int64_t j = 0; j < per; ++j) {
+          // From rank k: its element at [o][me][j].
+          const std::int64_t at = (o * n + k) * per + j;
+          wrong += recv[static_cast<std::size_t>(at)] != k * 100000 + (o * n + me) * per + j;
+        }
+      }
+    }
+    EXPECT_EQ(wrong, 0) << "all_to_all, outer " << outer;
+  }
+}
+
+}  // namespace
+}  // namespace tessera
