@@ -83,7 +83,7 @@ bool ranks_fill_cores(int comm_size) {
 }
 
 std::size_t segment_bytes(int size) {
-  return kHeaderBytes + 2 * static_cast<std::size_t>(size) * static_cast<std::size_t>(NodeChannel::kSlotBytes);
+  return kHeaderBytes + 2 * static_cast<std::size_t>(size) * static_cast<std::size_t>(NodeChannel::slot_bytes_for(size));
 }
 
 void* map_segment(int fd, std::size_t bytes) {
@@ -102,6 +102,12 @@ inline void cpu_relax() {
 }
 
 }  // namespace
+
+std::int64_t NodeChannel::slot_bytes_for(int size) {
+  std::int64_t slot = kSlotBytes;
+  while (slot > kMinSlotBytes && 2 * static_cast<std::int64_t>(size) * slot > kSegmentCap) slot /= 2;
+  return slot;
+}
 
 std::unique_ptr<NodeChannel> NodeChannel::open(MPI_Comm comm) {
   int size = 0, rank = 0;
@@ -160,13 +166,14 @@ std::unique_ptr<NodeChannel> NodeChannel::open(MPI_Comm comm) {
   channel->size_ = size;
   channel->rank_ = rank;
   channel->yield_ = made.yield != 0;
+  channel->slot_bytes_ = slot_bytes_for(size);
   return channel;
 }
 
 NodeChannel::~NodeChannel() { munmap(header_, mapped_bytes_); }
 
 std::byte* NodeChannel::buffer(std::uint64_t which) const {
-  return base_ + which * static_cast<std::size_t>(size_) * static_cast<std::size_t>(kSlotBytes);
+  return base_ + which * static_cast<std::size_t>(size_) * static_cast<std::size_t>(slot_bytes_);
 }
 
 void NodeChannel::barrier() {

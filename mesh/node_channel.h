@@ -6,7 +6,7 @@
 // barrier, and every rank reads what it needs straight from the others' slots.
 //
 // Layout of the segment: a header page (the barrier's counters), then two buffers of `size()`
-// slots of `slot_bytes()` each. Phases alternate between the two buffers: a phase writes
+// slots of `slot_bytes()` each (slot_bytes_for: at most kSegmentCap in all). Phases alternate between the two buffers: a phase writes
 // region() and reads the region of the phase before (previous_region()). A buffer written in
 // phase p is read in phase p + 1 and written again only in phase p + 2, after the barrier that
 // every reader of phase p + 1 has passed, so one barrier per phase suffices.
@@ -45,13 +45,18 @@ class NodeChannel {
   // on 8 ranks of 2 cores the channel is 1.3-2.7x faster than the raw MPI call from 16 KiB to
   // 1 MiB; on 2 ranks within 10% of it or faster up to 1 MiB (all_reduce 108 against 104 us),
   // where MPI's pipelined copies through cache-sized fragments catch up.
+  // Slots shrink on nodes of many ranks so that a segment stays within kSegmentCap: 1 MiB up to
+  // 16 ranks, 256 KiB at 64, 64 KiB at 256 (a power of two, at least kMinSlotBytes).
   static constexpr std::int64_t kSlotBytes = std::int64_t{1} << 20;
-  std::int64_t slot_bytes() const { return kSlotBytes; }
-  bool carries(std::int64_t bytes_per_rank) const { return bytes_per_rank <= kSlotBytes; }
+  static constexpr std::int64_t kMinSlotBytes = std::int64_t{64} << 10;
+  static constexpr std::int64_t kSegmentCap = std::int64_t{32} << 20;
+  static std::int64_t slot_bytes_for(int size);
+  std::int64_t slot_bytes() const { return slot_bytes_; }
+  bool carries(std::int64_t bytes_per_rank) const { return bytes_per_rank <= slot_bytes_; }
 
   // The buffer this phase writes (size() slots; slot k at k * slot_bytes()).
   std::byte* region() { return buffer(phase_ & 1); }
-  std::byte* slot() { return region() + rank_ * kSlotBytes; }
+  std::byte* slot() { return region() + rank_ * slot_bytes_; }
   // The buffer the phase before wrote, readable until the next barrier.
   const std::byte* previous_region() const { return buffer((phase_ + 1) & 1); }
   // Ends this phase on every rank: returns once every rank has called it.
@@ -68,6 +73,7 @@ class NodeChannel {
   int size_ = 0;
   int rank_ = 0;
   bool yield_ = false;  // as many ranks as cores or more: waiting ranks yield instead of spinning
+  std::int64_t slot_bytes_ = 0;
   std::uint64_t phase_ = 0;
 };
 

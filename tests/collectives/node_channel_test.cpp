@@ -83,6 +83,17 @@ TEST(NodeChannel, CommunicatorsOfOneNodeHaveOneAndASingleRankHasNone) {
   EXPECT_EQ(alone.node_channel(), nullptr);
 }
 
+// A segment holds two buffers of one slot per rank: 1 MiB slots up to 16 ranks, then halved
+// until the segment fits 32 MiB, never below 64 KiB.
+TEST(NodeChannel, SlotsShrinkOnNodesOfManyRanks) {
+  EXPECT_EQ(NodeChannel::slot_bytes_for(2), std::int64_t{1} << 20);
+  EXPECT_EQ(NodeChannel::slot_bytes_for(16), std::int64_t{1} << 20);
+  EXPECT_EQ(NodeChannel::slot_bytes_for(17), std::int64_t{512} << 10);
+  EXPECT_EQ(NodeChannel::slot_bytes_for(64), std::int64_t{256} << 10);
+  EXPECT_EQ(NodeChannel::slot_bytes_for(256), std::int64_t{64} << 10);
+  EXPECT_EQ(NodeChannel::slot_bytes_for(4096), std::int64_t{64} << 10);
+}
+
 TEST(NodeChannel, TurnedOffByTheEnvironment) {
   setenv("TESSERA_SHM_COLLECTIVES", "0", 1);
   const Communicator comm = Communicator::world().dup();
