@@ -11,12 +11,13 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 #include <random>
-#include <string>
 
+#include "mesh/communicator.h"
 #include "mesh/mpi_check.h"
 
 namespace tessera {
@@ -34,8 +35,8 @@ constexpr std::size_t kHeaderBytes = 4096;
 static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
 
 // A waiting rank sleeps on the futex after this long. Measured on 8 ranks of 2 cores
-// (bench_train, B8 L4 D1024, 5 interleaved pairs of 200 steps): sleeping at once 15.6-20.5 ms
-// per step, after 1 ms 14.7-19.2 ms; the wake-up of a sleeper costs more than a short wait.
+// (bench_train, B8 L4 D1024, 5 interleaved pairs of 200 steps): sleeping at once gave 15.6-20.5
+// ms per step, after 1 ms 14.7-19.2 ms; sleeping at once was no better.
 constexpr auto kSleepAfter = std::chrono::microseconds(1000);
 
 // What rank 0 tells the others about the segment it made.
@@ -62,14 +63,7 @@ int env_int(const char* name) {
 bool on_one_node(MPI_Comm comm, int size) {
   const int local = env_int("OMPI_COMM_WORLD_LOCAL_SIZE");
   if (local > 0 && local == env_int("OMPI_COMM_WORLD_SIZE")) return true;
-  int rank = 0;
-  check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
-  MPI_Comm shared = MPI_COMM_NULL;
-  check_mpi(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &shared), "MPI_Comm_split_type");
-  int shared_size = 0;
-  check_mpi(MPI_Comm_size(shared, &shared_size), "MPI_Comm_size");
-  MPI_Comm_free(&shared);
-  return shared_size == size;
+  return Communicator(comm, false).split_shared().size() == size;
 }
 
 // Whether this job runs as many ranks on this node as this process has cores or more (then a
