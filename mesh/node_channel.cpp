@@ -16,7 +16,9 @@
 #include <cstring>
 #include <new>
 #include <random>
+#include <string>
 
+#include "core/error.h"
 #include "mesh/communicator.h"
 #include "mesh/mpi_check.h"
 
@@ -47,9 +49,13 @@ struct Made {
   char name[64] = {};
 };
 
-bool enabled() {
+// TESSERA_SHM_COLLECTIVES: unset or "1" turns the channel on, "0" off; any other value is
+// refused (a user who writes "off" must not get it on).
+enum class Setting { on, off, bad };
+Setting setting_from_environment() {
   const char* env = std::getenv("TESSERA_SHM_COLLECTIVES");
-  return env == nullptr || std::strcmp(env, "0") != 0;
+  if (env == nullptr || std::strcmp(env, "1") == 0) return Setting::on;
+  return std::strcmp(env, "0") == 0 ? Setting::off : Setting::bad;
 }
 
 int env_int(const char* name) {
@@ -108,7 +114,8 @@ std::unique_ptr<NodeChannel> NodeChannel::open(MPI_Comm comm) {
   check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
   check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
   if (size < 2) return nullptr;
-  const bool wanted = on_one_node(comm, size) && enabled();
+  const Setting setting = setting_from_environment();
+  const bool wanted = on_one_node(comm, size) && setting == Setting::on;
 
   // Rank 0 makes the segment: a POSIX shared-memory object with its pages reserved up front
   // (posix_fallocate: a full /dev/shm fails here, not as SIGBUS on first touch), unlinked once
@@ -146,11 +153,17 @@ std::unique_ptr<NodeChannel> NodeChannel::open(MPI_Comm comm) {
       at = nullptr;
     }
   }
-  int ok = at != nullptr ? 1 : 0;
-  check_mpi(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce (node channel)");
+  // Agreed: whether any rank lacks the mapping, and whether any rank has a bad setting.
+  int failed[2] = {at == nullptr ? 1 : 0, setting == Setting::bad ? 1 : 0};
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, failed, 2, MPI_INT, MPI_MAX, comm), "MPI_Allreduce (node channel)");
   if (rank == 0 && made.ok) shm_unlink(made.name);
-  if (!ok) {
+  if (failed[0] != 0 || failed[1] != 0) {
     if (at != nullptr) munmap(at, segment_bytes(size));
+    if (failed[1] != 0) {
+      throw UsageError(setting == Setting::bad ? "TESSERA_SHM_COLLECTIVES must be unset, 0 or 1, got '" +
+                                                     std::string(std::getenv("TESSERA_SHM_COLLECTIVES")) + "'"
+                                               : "TESSERA_SHM_COLLECTIVES must be unset, 0 or 1 on every rank");
+    }
     return nullptr;
   }
   std::unique_ptr<NodeChannel> channel(new NodeChannel());
