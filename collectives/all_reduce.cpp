@@ -16,13 +16,11 @@ namespace tessera {
 namespace {
 
 void reduce_chunks(const void* send, void* recv, const Tensor& shape_of, const Communicator& comm, ReduceOp op) {
-  // On one node, blocks up to the channel's size take shared memory.
-  if (detail::node_all_reduce(send == MPI_IN_PLACE ? recv : send, recv, shape_of.numel(), shape_of.dtype(), comm, op)) {
-    return;
-  }
+  const void* in = send == MPI_IN_PLACE ? recv : send;
+  // On one node, blocks up to the channel's slot take shared memory.
+  if (detail::node_all_reduce(in, recv, shape_of.numel(), shape_of.dtype(), comm, op)) return;
   // bf16, and blocks from detail::kOrderedAllReduceBytes on, take the ordered all-reduce.
   if (shape_of.dtype() == DType::bf16 || shape_of.nbytes() >= detail::kOrderedAllReduceBytes) {
-    const void* in = send == MPI_IN_PLACE ? recv : send;
     detail::all_reduce_ordered(in, recv, shape_of.numel(), shape_of.dtype(), comm, op);
     return;
   }

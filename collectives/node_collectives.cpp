@@ -60,14 +60,15 @@ bool node_all_gather(const void* send, void* recv, const BlockLayout& layout, co
 bool node_reduce_scatter(const void* send, void* recv, const std::vector<int>& counts, DType dtype,
                          const Communicator& comm) {
   NodeChannel* channel = comm.node_channel();
+  if (channel == nullptr) return false;
   const auto item = static_cast<std::int64_t>(dtype_size(dtype));
   std::int64_t total = 0, offset = 0;
-  const int me = comm.rank();
+  const int me = channel->rank();
   for (int k = 0; k < static_cast<int>(counts.size()); ++k) {
     if (k == me) offset = total;
     total += counts[k];
   }
-  if (channel == nullptr || !channel->carries(total * item)) return false;
+  if (!channel->carries(total * item)) return false;
   std::memcpy(channel->slot(), send, static_cast<std::size_t>(total * item));
   channel->barrier();
   if (counts[me] > 0) {

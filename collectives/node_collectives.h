@@ -1,5 +1,5 @@
 // Collectives through a communicator's node channel (mesh/node_channel.h): one or two barriers
-// instead of MPI's rounds of messages, for blocks up to the channel's max_bytes() when every rank
+// instead of MPI's rounds of messages, for blocks up to the channel's slot_bytes() when every rank
 // of the communicator runs on one node. Each function returns false, having done nothing, when
 // the communicator has no channel or the block is larger than it carries; the answer is the same
 // on every rank (the channel and the block sizes are). Reductions sum in rank order, the same

@@ -571,19 +571,18 @@ std::vector<int> node_leaders(const Communicator& comm) {
 // The ranks that hold the same block of `want` as this one (differing only on the mesh axes its
 // spec does not use): 1 when the block is not replicated.
 int replicas_of(const ShardedTensor& want) {
-  int members = 1;
-  for (const auto& axis : unused_axes(want.spec(), want.mesh().shape())) members *= want.mesh().shape().axis_size(axis);
-  return members;
+  const MeshShape& shape = want.mesh().shape();
+  return shape.axes_size(unused_axes(want.spec(), shape));
 }
 
 // This rank's share of the checks of `want`'s block among its replicas on this node (see the
 // top of the file); `leaders` from node_leaders over the mesh's communicator.
 CheckShare check_share(const ShardedTensor& want, const std::vector<int>& leaders) {
-  const int members = replicas_of(want);
-  if (members == 1) return {};
   const Mesh& mesh = want.mesh();
   const MeshShape& shape = mesh.shape();
   const Axes replica = unused_axes(want.spec(), shape);
+  const int members = shape.axes_size(replica);
+  if (members == 1) return {};
   const int me = mesh.rank();
   CheckShare share{0, 0};
   for (int k = 0; k < members; ++k) {

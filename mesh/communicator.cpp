@@ -87,10 +87,6 @@ void Communicator::barrier_sleeping(long pause_us) const {
   }
 }
 
-}  // namespace tessera
-
-namespace tessera {
-
 NodeChannel* Communicator::node_channel() const {
   if (!channel_opened_) {
     channel_ = NodeChannel::open(comm_);

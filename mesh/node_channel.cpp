@@ -11,12 +11,15 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 #include <random>
 #include <string>
 
+#include "core/error.h"
+#include "mesh/communicator.h"
 #include "mesh/mpi_check.h"
 
 namespace tessera {
@@ -34,8 +37,8 @@ constexpr std::size_t kHeaderBytes = 4096;
 static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
 
 // A waiting rank sleeps on the futex after this long. Measured on 8 ranks of 2 cores
-// (bench_train, B8 L4 D1024, 5 interleaved pairs of 200 steps): sleeping at once 15.6-20.5 ms
-// per step, after 1 ms 14.7-19.2 ms; the wake-up of a sleeper costs more than a short wait.
+// (bench_train, B8 L4 D1024, 5 interleaved pairs of 200 steps): sleeping at once gave 15.6-20.5
+// ms per step, after 1 ms 14.7-19.2 ms; sleeping at once was no better.
 constexpr auto kSleepAfter = std::chrono::microseconds(1000);
 
 // What rank 0 tells the others about the segment it made.
@@ -46,9 +49,13 @@ struct Made {
   char name[64] = {};
 };
 
-bool enabled() {
+// TESSERA_SHM_COLLECTIVES: unset or "1" turns the channel on, "0" off; any other value is
+// refused (a user who writes "off" must not get it on).
+enum class Setting { on, off, bad };
+Setting setting_from_environment() {
   const char* env = std::getenv("TESSERA_SHM_COLLECTIVES");
-  return env == nullptr || std::strcmp(env, "0") != 0;
+  if (env == nullptr || std::strcmp(env, "1") == 0) return Setting::on;
+  return std::strcmp(env, "0") == 0 ? Setting::off : Setting::bad;
 }
 
 int env_int(const char* name) {
@@ -62,14 +69,7 @@ int env_int(const char* name) {
 bool on_one_node(MPI_Comm comm, int size) {
   const int local = env_int("OMPI_COMM_WORLD_LOCAL_SIZE");
   if (local > 0 && local == env_int("OMPI_COMM_WORLD_SIZE")) return true;
-  int rank = 0;
-  check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
-  MPI_Comm shared = MPI_COMM_NULL;
-  check_mpi(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &shared), "MPI_Comm_split_type");
-  int shared_size = 0;
-  check_mpi(MPI_Comm_size(shared, &shared_size), "MPI_Comm_size");
-  MPI_Comm_free(&shared);
-  return shared_size == size;
+  return Communicator(comm, false).split_shared().size() == size;
 }
 
 // Whether this job runs as many ranks on this node as this process has cores or more (then a
@@ -114,7 +114,8 @@ std::unique_ptr<NodeChannel> NodeChannel::open(MPI_Comm comm) {
   check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
   check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
   if (size < 2) return nullptr;
-  const bool wanted = on_one_node(comm, size) && enabled();
+  const Setting setting = setting_from_environment();
+  const bool wanted = on_one_node(comm, size) && setting == Setting::on;
 
   // Rank 0 makes the segment: a POSIX shared-memory object with its pages reserved up front
   // (posix_fallocate: a full /dev/shm fails here, not as SIGBUS on first touch), unlinked once
@@ -152,11 +153,17 @@ std::unique_ptr<NodeChannel> NodeChannel::open(MPI_Comm comm) {
       at = nullptr;
     }
   }
-  int ok = at != nullptr ? 1 : 0;
-  check_mpi(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce (node channel)");
+  // Agreed: whether any rank lacks the mapping, and whether any rank has a bad setting.
+  int failed[2] = {at == nullptr ? 1 : 0, setting == Setting::bad ? 1 : 0};
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, failed, 2, MPI_INT, MPI_MAX, comm), "MPI_Allreduce (node channel)");
   if (rank == 0 && made.ok) shm_unlink(made.name);
-  if (!ok) {
+  if (failed[0] != 0 || failed[1] != 0) {
     if (at != nullptr) munmap(at, segment_bytes(size));
+    if (failed[1] != 0) {
+      throw UsageError(setting == Setting::bad ? "TESSERA_SHM_COLLECTIVES must be unset, 0 or 1, got '" +
+                                                     std::string(std::getenv("TESSERA_SHM_COLLECTIVES")) + "'"
+                                               : "TESSERA_SHM_COLLECTIVES must be unset, 0 or 1 on every rank");
+    }
     return nullptr;
   }
   std::unique_ptr<NodeChannel> channel(new NodeChannel());

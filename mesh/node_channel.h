@@ -31,8 +31,9 @@ namespace tessera {
 class NodeChannel {
  public:
   // Collective over `comm`. A channel when every rank of `comm` shares memory with every other
-  // (one node) and TESSERA_SHM_COLLECTIVES is not "0"; nullptr otherwise, or when a rank could
-  // not create or map the segment (all ranks agree on the outcome).
+  // (one node) and TESSERA_SHM_COLLECTIVES is unset or "1"; nullptr when it is "0", when the
+  // ranks span nodes, or when a rank could not create or map the segment (all ranks agree on the
+  // outcome). Throws UsageError on every rank when any rank has another value.
   static std::unique_ptr<NodeChannel> open(MPI_Comm comm);
   ~NodeChannel();
   NodeChannel(const NodeChannel&) = delete;

@@ -20,6 +20,7 @@
 #include "collectives/node_collectives.h"
 #include "collectives/ordered_reduce.h"
 #include "core/bfloat16.h"
+#include "core/error.h"
 #include "mesh/communicator.h"
 
 namespace tessera {
@@ -101,6 +102,29 @@ TEST(NodeChannel, TurnedOffByTheEnvironment) {
   unsetenv("TESSERA_SHM_COLLECTIVES");
   const Communicator again = Communicator::world().dup();
   EXPECT_EQ(again.node_channel() != nullptr, again.size() > 1);
+  setenv("TESSERA_SHM_COLLECTIVES", "1", 1);
+  const Communicator on = Communicator::world().dup();
+  EXPECT_EQ(on.node_channel() != nullptr, on.size() > 1);
+  unsetenv("TESSERA_SHM_COLLECTIVES");
+}
+
+// Any value but 0 and 1 is refused on every rank, even where only one rank has it.
+TEST(NodeChannel, AnotherValueOfTheSettingIsRefusedOnEveryRank) {
+  const Communicator comm = Communicator::world().dup();
+  if (comm.size() == 1) GTEST_SKIP() << "one rank: no channel is opened";
+  for (const bool everywhere : {true, false}) {
+    if (everywhere || comm.rank() == comm.size() - 1) setenv("TESSERA_SHM_COLLECTIVES", "off", 1);
+    const Communicator fresh = Communicator::world().dup();
+    const bool mine = everywhere || comm.rank() == comm.size() - 1;
+    try {
+      fresh.node_channel();
+      ADD_FAILURE() << "no error";
+    } catch (const UsageError& e) {
+      EXPECT_EQ(std::string(e.what()), mine ? "TESSERA_SHM_COLLECTIVES must be unset, 0 or 1, got 'off'"
+                                            : "TESSERA_SHM_COLLECTIVES must be unset, 0 or 1 on every rank");
+    }
+    unsetenv("TESSERA_SHM_COLLECTIVES");
+  }
 }
 
 // Every phase, each rank writes its phase number into the first and last word of its slot and
