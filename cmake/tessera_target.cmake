@@ -4,7 +4,11 @@ function(tessera_target_options target)
   if(TESSERA_NATIVE)
     target_compile_options(${target} PRIVATE -march=native)
   endif()
-  if(TESSERA_FUZZ)
+  if(TESSERA_FUZZ AND TESSERA_SANITIZE)
+    # The sanitizers are on for every target already (TESSERA_SANITIZE): add libFuzzer's coverage,
+    # so one build holds the sanitized tests and the fuzz targets (scripts/test.sh).
+    target_compile_options(${target} PRIVATE -fsanitize=fuzzer-no-link)
+  elseif(TESSERA_FUZZ)
     # Coverage for libFuzzer and the sanitizers in every tessera library, so a fuzz target sees
     # the code it drives; only the fuzz executables link libFuzzer's main (tests/fuzz).
     target_compile_options(${target} PRIVATE -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined

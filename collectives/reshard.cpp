@@ -71,7 +71,13 @@ Tensor run_steps(const Mesh& mesh, const Shape& global, Spec cur, const std::vec
         break;
       case CommOp::zero:
         if (holds_value_on(mesh, step.axes)) {
-          next = owned ? std::move(local) : x;
+          // Not `owned ? std::move(local) : x`: that conditional is a const Tensor, which
+          // `next =` copies instead of taking the moved block.
+          if (owned) {
+            next = std::move(local);
+          } else {
+            next = x;
+          }
         } else if (owned) {
           next = std::move(local);
           next.fill_zero();
@@ -100,7 +106,8 @@ Tensor run_steps(const Mesh& mesh, const Shape& global, Spec cur, const std::vec
     owned = true;
     cur = step.after;
   }
-  return owned ? std::move(local) : *borrowed;
+  if (owned) return local;
+  return *borrowed;
 }
 
 // `owned_local` is x's block moved out of x (rvalue reshard) when `owned`; x's own block otherwise.

@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake pkg-config
+  build-essential cmake ninja-build pkg-config
   libopenmpi-dev openmpi-bin
   libeigen3-dev
   libhdf5-openmpi-dev hdf5-tools

@@ -221,7 +221,7 @@ TEST(Collectives, LargeAllReducesAndReduceScattersAreRankOrderFolds) {
         // Rank r's value at i: order-sensitive in floating point (a large and a small part),
         // near the i32 limit for i32 so that sums wrap.
         auto value_of = [&](int r, std::int64_t i) {
-          if (dtype == DType::i32) return static_cast<double>(INT32_MAX - 5 + (r * 7 + i) % 11);
+          if (dtype == DType::i32) return static_cast<double>(INT32_MAX - 10 + (r * 7 + i) % 11);
           return (r % 2 ? 1e4 : 1.0) * (1.0 + 0.1 * r + 1e-3 * static_cast<double>(i % 1013));
         };
         auto block = [&](int r) {

@@ -19,24 +19,39 @@ constexpr std::int64_t kBlock = 560'000'000;  // i32 elements per rank: 2.24 GB
 
 static_assert(kBlock * 4 > INT32_MAX, "the block must pass MPI's int limit in bytes");
 
-// The value rank r holds at index i of its block: exact in i32, different for every rank.
-std::int32_t value(int r, std::int64_t i) { return static_cast<std::int32_t>((i % 1000003) * 8 + r); }
+// The value rank r holds at index i of its block is value(r, i) = (i mod kPeriod) * 8 + r: exact
+// in i32, different for every rank.
+constexpr std::int64_t kPeriod = 1000003;
+
+// Visits scale * value(r, start + j) + shift for j = 0 .. count-1, with the period counted rather
+// than divided (a 64-bit modulo per element made most of this test's minute).
+template <class Visit>
+void walk(std::int64_t start, std::int64_t count, int r, std::int32_t scale, std::int32_t shift, Visit&& visit) {
+  std::int64_t c = start % kPeriod;
+  for (std::int64_t j = 0; j < count; ++j) {
+    visit(j, scale * static_cast<std::int32_t>(c * 8 + r) + shift);
+    if (++c == kPeriod) c = 0;
+  }
+}
+
+void fill(std::int32_t* out, std::int64_t count, int r) {
+  walk(0, count, r, 1, 0, [&](std::int64_t j, std::int32_t v) { out[j] = v; });
+}
 
 Tensor block_of(int r, Shape shape) {
   Tensor t = Tensor::empty(std::move(shape), DType::i32);
-  auto v = t.values<std::int32_t>();
-  for (std::int64_t i = 0; i < static_cast<std::int64_t>(v.size()); ++i) v[i] = value(r, i);
+  fill(t.data<std::int32_t>(), t.numel(), r);
   return t;
 }
 
 Mesh line() { return Mesh::world(MeshShape({"x"}, {world_size()})); }
 
-// Counts the mismatches instead of one EXPECT per element.
-template <class Want>
-std::int64_t mismatches(const Tensor& t, Want&& want) {
-  auto v = t.values<std::int32_t>();
+// Elements of got[0 .. count) that differ from scale * value(r, start + j) + shift; counted
+// instead of one EXPECT per element.
+std::int64_t mismatches(const std::int32_t* got, std::int64_t count, std::int64_t start, int r, std::int32_t scale = 1,
+                        std::int32_t shift = 0) {
   std::int64_t bad = 0;
-  for (std::int64_t i = 0; i < static_cast<std::int64_t>(v.size()); ++i) bad += v[i] != want(i);
+  walk(start, count, r, scale, shift, [&](std::int64_t j, std::int32_t v) { bad += got[j] != v; });
   return bad;
 }
 
@@ -45,7 +60,10 @@ TEST(LargeTransfer, AllGatherOuterDimension) {
   const int n = world_size();
   Tensor out = all_gather(mesh, block_of(world_rank(), {kBlock}), {"x"}, 0);
   ASSERT_EQ(out.numel(), kBlock * n);
-  EXPECT_EQ(mismatches(out, [&](std::int64_t i) { return value(static_cast<int>(i / kBlock), i % kBlock); }), 0);
+  // Rank k's block, whole, at k * kBlock.
+  std::int64_t bad = 0;
+  for (int k = 0; k < n; ++k) bad += mismatches(out.data<std::int32_t>() + k * kBlock, kBlock, 0, k);
+  EXPECT_EQ(bad, 0);
 }
 
 TEST(LargeTransfer, AllGatherInnerDimension) {
@@ -55,12 +73,15 @@ TEST(LargeTransfer, AllGatherInnerDimension) {
   const std::int64_t cols = kBlock / 2;
   Tensor out = all_gather(mesh, block_of(world_rank(), {2, cols}), {"x"}, 1);
   ASSERT_EQ(out.shape(), (Shape{2, cols * n}));
-  EXPECT_EQ(mismatches(out,
-                       [&](std::int64_t i) {
-                         const std::int64_t row = i / (cols * n), col = i % (cols * n);
-                         return value(static_cast<int>(col / cols), row * cols + col % cols);
-                       }),
-            0);
+  // Row `row` of the result is rank 0's row, then rank 1's, ...; rank k's row starts at index
+  // row * cols of its block.
+  std::int64_t bad = 0;
+  for (std::int64_t row = 0; row < 2; ++row) {
+    for (int k = 0; k < n; ++k) {
+      bad += mismatches(out.data<std::int32_t>() + (row * n + k) * cols, cols, row * cols, k);
+    }
+  }
+  EXPECT_EQ(bad, 0);
 }
 
 TEST(LargeTransfer, ReduceScatter) {
@@ -69,17 +90,14 @@ TEST(LargeTransfer, ReduceScatter) {
   const int me = world_rank();
   // Every rank holds [n * kBlock] equal to block_of(me) repeated; rank k keeps the sum of chunk k.
   Tensor in = Tensor::empty({kBlock * n}, DType::i32);
-  {
-    auto v = in.values<std::int32_t>();
-    for (std::int64_t i = 0; i < kBlock * n; ++i) v[i] = value(me, i % kBlock);
-  }
+  for (int k = 0; k < n; ++k) fill(in.data<std::int32_t>() + k * kBlock, kBlock, me);
   std::int64_t rank_sum = 0;
   for (int r = 0; r < n; ++r) rank_sum += r;
   {
     Tensor out = reduce_scatter(mesh, in, {"x"}, 0);
     ASSERT_EQ(out.numel(), kBlock);
-    EXPECT_EQ(mismatches(out, [&](std::int64_t i) { return static_cast<std::int32_t>(n * (value(0, i)) + rank_sum); }),
-              0);
+    // sum over r of value(r, i) = n * value(0, i) + (0 + 1 + ... + n-1).
+    EXPECT_EQ(mismatches(out.data<std::int32_t>(), kBlock, 0, 0, n, static_cast<std::int32_t>(rank_sum)), 0);
   }
 }
 

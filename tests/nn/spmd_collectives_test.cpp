@@ -136,7 +136,9 @@ TEST(SpmdCollectives, BytesAreCounted) {
   expects.emplace_back(
       Case{"ppermute", Shape{2 * n, 3}, split, split, [shift](const Var& x) { return ppermute(x, "data", shift); }},
       CommRecord{CommOp::permute, data, -1, block});
-  for (const auto& [c, want] : expects) {
+  for (const auto& expected : expects) {
+    const Case& c = expected.first;  // not a structured binding: clang 14 cannot capture one
+    const CommRecord& want = expected.second;
     Var x(ShardedTensor::from_global(line, c.in, test_values(c.x_shape, 1), "x"));
     CommScope scope;
     shard_map(line, [&](const std::vector<Var>& a) { return std::vector<Var>{c.body(a[0])}; }, {c.in}, {c.out}, {x});
