@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "collectives/collectives.h"
+#include "core/env_settings.h"
 #include "core/error.h"
 #include "mesh/mpi_check.h"
 
@@ -139,10 +140,9 @@ namespace tessera {
 
 namespace {
 
+// TESSERA_PACK (core/env_settings.h): datatype (also when unset) or memcpy; another value throws.
 PackMethod initial_pack_method() {
-  const char* env = std::getenv("TESSERA_PACK");
-  if (env != nullptr && std::string(env) == "memcpy") return PackMethod::memcpy;
-  return PackMethod::datatype;
+  return checked_env_choice(env_setting("TESSERA_PACK")) == 1 ? PackMethod::memcpy : PackMethod::datatype;
 }
 
 PackMethod& current_pack_method() {

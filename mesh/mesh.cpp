@@ -3,6 +3,7 @@
 
 #include <map>
 
+#include "core/env_settings.h"
 #include "core/error.h"
 #include "mesh/mpi_check.h"
 
@@ -42,9 +43,26 @@ Mesh Mesh::create(MeshShape shape, const Communicator& comm) {
   Communicator node = comm.split_shared();
   const int local_rank = node.rank();
   const int local_size = node.size();
-  int min_size = 0, max_size = 0;
-  check_mpi(MPI_Allreduce(&local_size, &min_size, 1, MPI_INT, MPI_MIN, comm.handle()), "MPI_Allreduce");
-  check_mpi(MPI_Allreduce(&local_size, &max_size, 1, MPI_INT, MPI_MAX, comm.handle()), "MPI_Allreduce");
+  // One all-reduce (max of each value and of its negation) gives the smallest and largest node
+  // size and each environment setting's range of choices over the ranks.
+  const auto& settings = env_settings();
+  std::vector<int> agreed = {local_size, -local_size};
+  for (const auto& s : settings) {
+    const int choice = env_choice(s);
+    agreed.push_back(choice);
+    agreed.push_back(-choice);
+  }
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, agreed.data(), static_cast<int>(agreed.size()), MPI_INT, MPI_MAX, comm.handle()),
+            "MPI_Allreduce");
+  for (std::size_t i = 0; i < settings.size(); ++i) {
+    const int lowest = -agreed[2 * i + 3], highest = agreed[2 * i + 2];
+    if (lowest < 0) throw UsageError(env_setting_error(settings[i], env_choice(settings[i]) < 0));
+    if (settings[i].alike && lowest != highest) {
+      throw UsageError(std::string(settings[i].name) + " must be alike on every rank (" + settings[i].values[lowest] +
+                       " on some ranks, " + settings[i].values[highest] + " on others)");
+    }
+  }
+  const int min_size = -agreed[1], max_size = agreed[0];
   Communicator leaders = comm.split(local_rank == 0 ? 0 : MPI_UNDEFINED, comm.rank());
   int node_index = local_rank == 0 ? leaders.rank() : 0;
   check_mpi(MPI_Bcast(&node_index, 1, MPI_INT, 0, node.handle()), "MPI_Bcast");

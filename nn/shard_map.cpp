@@ -10,6 +10,7 @@
 
 #include "collectives/collectives.h"
 #include "collectives/reshard.h"
+#include "core/env_settings.h"
 #include "core/error.h"
 #include "core/shape_scope.h"
 #include "nn/ops.h"
@@ -162,8 +163,9 @@ std::string result_label(const Signature* sig, std::size_t k) {
 
 bool check_replication_requested(const ShardMapOptions& options) {
   if (options.check_replication) return true;
-  const char* env = std::getenv("TESSERA_SHARD_MAP_CHECK");
-  return env != nullptr && std::string(env) == "1";
+  // TESSERA_SHARD_MAP_CHECK (core/env_settings.h): 0 (also when unset) or 1; another value
+  // throws, and Mesh::create has refused a mesh whose ranks differ.
+  return checked_env_choice(env_setting("TESSERA_SHARD_MAP_CHECK")) == 1;
 }
 
 // Debug mode: the blocks of a result must be equal along `axis` (two max all-reduces, then one

@@ -124,6 +124,15 @@ if [ "$ranks" -ge 2 ]; then  # one rank opens no shared-memory channel, so never
   expect env.shm_collectives_unknown 2 "^train_mlp: TESSERA_SHM_COLLECTIVES must be unset, 0 or 1, got 'off'\$" \
     mpi env TESSERA_SHM_COLLECTIVES=off "$tm" "${small[@]}"
 fi
+expect env.pack_unknown 2 "^train_mlp: TESSERA_PACK must be unset, datatype or memcpy, got 'fast'\$" \
+  mpi env TESSERA_PACK=fast "$tm" "${small[@]}"
+expect env.shard_map_check_unknown 2 "^train_mlp: TESSERA_SHARD_MAP_CHECK must be unset, 0 or 1, got 'yes'\$" \
+  mpi env TESSERA_SHARD_MAP_CHECK=yes "$tm" "${small[@]}"
+if [ "$ranks" -ge 2 ]; then  # rank 0 alone asks for shard_map's collective check
+  expect env.shard_map_check_differs 2 \
+    "^train_mlp: TESSERA_SHARD_MAP_CHECK must be alike on every rank \\(0 on some ranks, 1 on others\\)\$" \
+    mpi bash -c '[ "$OMPI_COMM_WORLD_RANK" = 0 ] && export TESSERA_SHARD_MAP_CHECK=1; exec "$@"' _ "$tm" "${small[@]}"
+fi
 expect train_mlp.save_every_without_dir 2 'train_mlp: --resume, --save-every and --overwrite need --ckpt-dir' mpi "$tm" "${small[@]}" --save-every 5
 
 # --- train_mlp: meshes and rules ---------------------------------------------------------------

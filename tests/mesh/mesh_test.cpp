@@ -4,7 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <tuple>
 
+#include "core/env_settings.h"
 #include "core/error.h"
 #include "mesh/agree.h"
 #include "mesh/mpi_check.h"
@@ -100,6 +104,54 @@ TEST(Agree, EveryRankThrowsTheFirstFailingRanksMessage) {
     EXPECT_EQ(std::string(e.what()), expected);
   }
   EXPECT_NO_THROW(agree_or_throw<IoError>(world, std::nullopt));
+}
+
+// The environment settings (core/env_settings.h): a value outside a setting's list is refused by
+// every rank at Mesh::create, also when one rank alone has it; a setting that must be alike is
+// refused when the ranks differ; TESSERA_PACK may differ (each rank packs its own blocks).
+TEST(MeshSettings, AValueOutsideTheListFailsEveryRank) {
+  const int n = world_size();
+  const int last = n - 1;
+  for (const auto& [name, value, expected] :
+       {std::tuple<std::string, std::string, std::string>{"TESSERA_PACK", "fast", "TESSERA_PACK must be unset, datatype or memcpy"},
+        {"TESSERA_SHARD_MAP_CHECK", "yes", "TESSERA_SHARD_MAP_CHECK must be unset, 0 or 1"}}) {
+    for (const bool everywhere : {true, false}) {
+      const bool mine = everywhere || world_rank() == last;
+      if (mine) setenv(name.c_str(), value.c_str(), 1);
+      try {
+        Mesh::world(MeshShape({"x"}, {n}));
+        ADD_FAILURE() << name << ": no error";
+      } catch (const UsageError& e) {
+        EXPECT_EQ(std::string(e.what()), mine ? expected + ", got '" + value + "'" : expected + " on every rank");
+      }
+      unsetenv(name.c_str());
+    }
+  }
+  // The local reader refuses the value too (a mesh made without Mesh::create never agreed).
+  setenv("TESSERA_PACK", "", 1);
+  EXPECT_THROW(checked_env_choice(env_setting("TESSERA_PACK")), UsageError);
+  unsetenv("TESSERA_PACK");
+  EXPECT_EQ(checked_env_choice(env_setting("TESSERA_PACK")), 0);
+}
+
+TEST(MeshSettings, ShardMapCheckMustBeAlikeOnEveryRank) {
+  const int n = world_size();
+  if (world_rank() == n - 1) setenv("TESSERA_SHARD_MAP_CHECK", "1", 1);
+  if (n == 1) {
+    EXPECT_NO_THROW(Mesh::world(MeshShape({"x"}, {n})));
+  } else {
+    try {
+      Mesh::world(MeshShape({"x"}, {n}));
+      ADD_FAILURE() << "no error";
+    } catch (const UsageError& e) {
+      EXPECT_EQ(std::string(e.what()), "TESSERA_SHARD_MAP_CHECK must be alike on every rank (0 on some ranks, 1 on others)");
+    }
+  }
+  unsetenv("TESSERA_SHARD_MAP_CHECK");
+  // The pack method may differ between ranks.
+  if (world_rank() == n - 1) setenv("TESSERA_PACK", "memcpy", 1);
+  EXPECT_NO_THROW(Mesh::world(MeshShape({"x"}, {n})));
+  unsetenv("TESSERA_PACK");
 }
 
 }  // namespace
