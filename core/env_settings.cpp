@@ -10,8 +10,9 @@ namespace tessera {
 
 const std::vector<EnvSetting>& env_settings() {
   static const std::vector<EnvSetting> settings = {
-      {"TESSERA_PACK", {"datatype", "memcpy"}, false},
-      {"TESSERA_SHARD_MAP_CHECK", {"0", "1"}, true},
+      {"TESSERA_PACK", {"datatype", "memcpy"}, 0, false},
+      {"TESSERA_SHARD_MAP_CHECK", {"0", "1"}, 0, true},
+      {"TESSERA_SHM_COLLECTIVES", {"0", "1"}, 1, false},
   };
   return settings;
 }
@@ -25,7 +26,7 @@ const EnvSetting& env_setting(const std::string& name) {
 
 int env_choice(const EnvSetting& setting) {
   const char* value = std::getenv(setting.name);
-  if (value == nullptr) return 0;
+  if (value == nullptr) return setting.unset;
   for (std::size_t i = 0; i < setting.values.size(); ++i) {
     if (std::strcmp(value, setting.values[i]) == 0) return static_cast<int>(i);
   }

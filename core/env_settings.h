@@ -1,12 +1,12 @@
 // The TESSERA_* environment variables that change what tessera does, and the values each takes.
 //
-// An unset variable means its first value; any value outside the list is refused with a
+// An unset variable means the value at `unset`; any value outside the list is refused with a
 // UsageError, never taken as the default ("fast" must not silently mean datatype). Mesh::create
 // agrees on them across its ranks in the all-reduce it makes anyway (mesh/mesh.cpp): a bad value
 // on any rank fails every rank, and a setting marked `alike` must have one value on every rank,
 // because ranks that differ would run different collectives and wait on each other forever.
-// TESSERA_SHM_COLLECTIVES is agreed where it is read, by the shared-memory channel's own
-// all-reduce (mesh/node_channel.cpp).
+// TESSERA_SHM_COLLECTIVES is agreed again where it is read, by the shared-memory channel's own
+// all-reduce (mesh/node_channel.cpp), for communicators of a mesh made without Mesh::create.
 #pragma once
 
 #include <string>
@@ -16,18 +16,21 @@ namespace tessera {
 
 struct EnvSetting {
   const char* name;
-  std::vector<const char*> values;  // values[0]: what an unset variable means
-  bool alike;                       // must have one value on every rank
+  std::vector<const char*> values;
+  int unset;   // the index in values of what an unset variable means
+  bool alike;  // must have one value on every rank
 };
 
-// TESSERA_PACK (datatype | memcpy: how collectives move blocks of an inner dimension) and
-// TESSERA_SHARD_MAP_CHECK (0 | 1: shard_map checks that unmentioned axes hold equal blocks;
-// alike, since the check is collective).
+// TESSERA_PACK (datatype | memcpy: how collectives move blocks of an inner dimension; unset:
+// datatype), TESSERA_SHARD_MAP_CHECK (0 | 1: shard_map checks that unmentioned axes hold equal
+// blocks; unset: 0; alike, since the check is collective) and TESSERA_SHM_COLLECTIVES (0 | 1:
+// collectives on one node through shared memory; unset: 1).
 const std::vector<EnvSetting>& env_settings();
 // The entry of env_settings() called `name` (an unknown name is a bug: std::logic_error).
 const EnvSetting& env_setting(const std::string& name);
 
-// The index in setting.values of the variable's value (0 when unset), or -1 for any other value.
+// The index in setting.values of the variable's value (setting.unset when unset), or -1 for any
+// other value.
 int env_choice(const EnvSetting& setting);
 // env_choice, throwing UsageError(env_setting_error(setting, true)) for a value outside the list.
 int checked_env_choice(const EnvSetting& setting);

@@ -46,17 +46,17 @@ Mesh Mesh::create(MeshShape shape, const Communicator& comm) {
   // One all-reduce (max of each value and of its negation) gives the smallest and largest node
   // size and each environment setting's range of choices over the ranks.
   const auto& settings = env_settings();
-  std::vector<int> agreed = {local_size, -local_size};
+  std::vector<int> choices, agreed = {local_size, -local_size};
   for (const auto& s : settings) {
-    const int choice = env_choice(s);
-    agreed.push_back(choice);
-    agreed.push_back(-choice);
+    choices.push_back(env_choice(s));
+    agreed.push_back(choices.back());
+    agreed.push_back(-choices.back());
   }
   check_mpi(MPI_Allreduce(MPI_IN_PLACE, agreed.data(), static_cast<int>(agreed.size()), MPI_INT, MPI_MAX, comm.handle()),
             "MPI_Allreduce");
   for (std::size_t i = 0; i < settings.size(); ++i) {
     const int lowest = -agreed[2 * i + 3], highest = agreed[2 * i + 2];
-    if (lowest < 0) throw UsageError(env_setting_error(settings[i], env_choice(settings[i]) < 0));
+    if (lowest < 0) throw UsageError(env_setting_error(settings[i], choices[i] < 0));
     if (settings[i].alike && lowest != highest) {
       throw UsageError(std::string(settings[i].name) + " must be alike on every rank (" + settings[i].values[lowest] +
                        " on some ranks, " + settings[i].values[highest] + " on others)");

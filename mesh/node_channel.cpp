@@ -13,11 +13,11 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <new>
 #include <random>
 #include <string>
 
+#include "core/env_settings.h"
 #include "core/error.h"
 #include "mesh/communicator.h"
 #include "mesh/mpi_check.h"
@@ -48,15 +48,6 @@ struct Made {
   int yield = 0;
   char name[64] = {};
 };
-
-// TESSERA_SHM_COLLECTIVES: unset or "1" turns the channel on, "0" off; any other value is
-// refused (a user who writes "off" must not get it on).
-enum class Setting { on, off, bad };
-Setting setting_from_environment() {
-  const char* env = std::getenv("TESSERA_SHM_COLLECTIVES");
-  if (env == nullptr || std::strcmp(env, "1") == 0) return Setting::on;
-  return std::strcmp(env, "0") == 0 ? Setting::off : Setting::bad;
-}
 
 int env_int(const char* name) {
   const char* env = std::getenv(name);
@@ -114,8 +105,10 @@ std::unique_ptr<NodeChannel> NodeChannel::open(MPI_Comm comm) {
   check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
   check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
   if (size < 2) return nullptr;
-  const Setting setting = setting_from_environment();
-  const bool wanted = on_one_node(comm, size) && setting == Setting::on;
+  // TESSERA_SHM_COLLECTIVES (core/env_settings.h): 1 or unset turns the channel on, 0 off.
+  const EnvSetting& setting = env_setting("TESSERA_SHM_COLLECTIVES");
+  const int choice = env_choice(setting);
+  const bool wanted = on_one_node(comm, size) && choice == 1;
 
   // Rank 0 makes the segment: a POSIX shared-memory object with its pages reserved up front
   // (posix_fallocate: a full /dev/shm fails here, not as SIGBUS on first touch), unlinked once
@@ -154,15 +147,13 @@ std::unique_ptr<NodeChannel> NodeChannel::open(MPI_Comm comm) {
     }
   }
   // Agreed: whether any rank lacks the mapping, and whether any rank has a bad setting.
-  int failed[2] = {at == nullptr ? 1 : 0, setting == Setting::bad ? 1 : 0};
+  int failed[2] = {at == nullptr ? 1 : 0, choice < 0 ? 1 : 0};
   check_mpi(MPI_Allreduce(MPI_IN_PLACE, failed, 2, MPI_INT, MPI_MAX, comm), "MPI_Allreduce (node channel)");
   if (rank == 0 && made.ok) shm_unlink(made.name);
   if (failed[0] != 0 || failed[1] != 0) {
     if (at != nullptr) munmap(at, segment_bytes(size));
     if (failed[1] != 0) {
-      throw UsageError(setting == Setting::bad ? "TESSERA_SHM_COLLECTIVES must be unset, 0 or 1, got '" +
-                                                     std::string(std::getenv("TESSERA_SHM_COLLECTIVES")) + "'"
-                                               : "TESSERA_SHM_COLLECTIVES must be unset, 0 or 1 on every rank");
+      throw UsageError(env_setting_error(setting, choice < 0));
     }
     return nullptr;
   }

@@ -120,10 +120,8 @@ expect train_mlp.resume_and_overwrite 2 '^train_mlp: --resume and --overwrite ex
 expect train_mlp.layers_too_many 2 '^train_mlp: --layers must be <= 10000, got 10001$' mpi "$tm" "${small[@]}" --layers 10001
 expect train_mlp.memory_does_not_fit 2 '^train_mlp: needs [0-9]+\.[0-9] GiB per rank, this machine has [0-9]+\.[0-9] GiB$' \
   mpi "$tm" --mesh "$mesh" --depth 2147483648 --quiet
-if [ "$ranks" -ge 2 ]; then  # one rank opens no shared-memory channel, so never reads the setting
-  expect env.shm_collectives_unknown 2 "^train_mlp: TESSERA_SHM_COLLECTIVES must be unset, 0 or 1, got 'off'\$" \
-    mpi env TESSERA_SHM_COLLECTIVES=off "$tm" "${small[@]}"
-fi
+expect env.shm_collectives_unknown 2 "^train_mlp: TESSERA_SHM_COLLECTIVES must be unset, 0 or 1, got 'off'\$" \
+  mpi env TESSERA_SHM_COLLECTIVES=off "$tm" "${small[@]}"
 expect env.pack_unknown 2 "^train_mlp: TESSERA_PACK must be unset, datatype or memcpy, got 'fast'\$" \
   mpi env TESSERA_PACK=fast "$tm" "${small[@]}"
 expect env.shard_map_check_unknown 2 "^train_mlp: TESSERA_SHARD_MAP_CHECK must be unset, 0 or 1, got 'yes'\$" \

@@ -114,7 +114,8 @@ TEST(MeshSettings, AValueOutsideTheListFailsEveryRank) {
   const int last = n - 1;
   for (const auto& [name, value, expected] :
        {std::tuple<std::string, std::string, std::string>{"TESSERA_PACK", "fast", "TESSERA_PACK must be unset, datatype or memcpy"},
-        {"TESSERA_SHARD_MAP_CHECK", "yes", "TESSERA_SHARD_MAP_CHECK must be unset, 0 or 1"}}) {
+        {"TESSERA_SHARD_MAP_CHECK", "yes", "TESSERA_SHARD_MAP_CHECK must be unset, 0 or 1"},
+        {"TESSERA_SHM_COLLECTIVES", "off", "TESSERA_SHM_COLLECTIVES must be unset, 0 or 1"}}) {
     for (const bool everywhere : {true, false}) {
       const bool mine = everywhere || world_rank() == last;
       if (mine) setenv(name.c_str(), value.c_str(), 1);
