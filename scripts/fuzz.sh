@@ -21,13 +21,9 @@ fi
 build=${TESSERA_FUZZ_BUILD:-build-fuzz}
 start=$SECONDS
 if [ -z "${TESSERA_FUZZ_BUILD:-}" ]; then
-  launcher=()
-  if command -v ccache >/dev/null 2>&1; then
-    launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
-  fi
   . scripts/generator.sh
-  CC=clang CXX=clang++ cmake -S . -B "$build" $(generator_for "$build") -DCMAKE_BUILD_TYPE=Release -DTESSERA_FUZZ=ON \
-    -DTESSERA_BUILD_TESTS=OFF "${launcher[@]}" >/dev/null
+  CC=clang CXX=clang++ cmake -S . -B "$build" $(generator_for "$build") $(compiler_launcher) -DCMAKE_BUILD_TYPE=Release \
+    -DTESSERA_FUZZ=ON -DTESSERA_BUILD_TESTS=OFF >/dev/null
 elif ! grep -qx 'TESSERA_FUZZ:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
   echo "fuzz: TESSERA_FUZZ_BUILD=$build is not a build configured with -DTESSERA_FUZZ=ON" >&2
   exit 1

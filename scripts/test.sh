@@ -26,18 +26,14 @@ ctest --test-dir build --output-on-failure -j 2 "${extra[@]}" "$@"
 fuzz_build=()
 if [ "${TESSERA_TEST_SANITIZE:-1}" != 0 ]; then
   echo "== sanitizer build (build-sanitize/, clang, ASan + UBSan, with the fuzz targets) =="
-  launcher=()
-  if command -v ccache >/dev/null 2>&1; then
-    launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
-  fi
   # A build-sanitize/ of an earlier layout (GCC, or another generator) is made again from scratch.
   if [ -f build-sanitize/CMakeCache.txt ] &&
      { ! grep -q '^CMAKE_CXX_COMPILER:[A-Z]*=.*clang++' build-sanitize/CMakeCache.txt ||
        ! grep -qx 'TESSERA_FUZZ:BOOL=ON' build-sanitize/CMakeCache.txt; }; then
     rm -rf build-sanitize
   fi
-  CC=clang CXX=clang++ cmake -S . -B build-sanitize $(generator_for build-sanitize) -DCMAKE_BUILD_TYPE=Release \
-    -DTESSERA_SANITIZE=ON -DTESSERA_FUZZ=ON -DTESSERA_NATIVE=OFF "${launcher[@]}" >/dev/null
+  CC=clang CXX=clang++ cmake -S . -B build-sanitize $(generator_for build-sanitize) $(compiler_launcher) \
+    -DCMAKE_BUILD_TYPE=Release -DTESSERA_SANITIZE=ON -DTESSERA_FUZZ=ON -DTESSERA_NATIVE=OFF >/dev/null
   cmake --build build-sanitize -j "$(nproc)"
   ctest --test-dir build-sanitize --output-on-failure -j 2 "$@"
   fuzz_build=(env TESSERA_FUZZ_BUILD=build-sanitize)
