@@ -32,6 +32,7 @@
 #include "apps/run_support.h"
 #include "apps/synthetic_data.h"
 #include "collectives/comm_stats.h"
+#include "core/buffer_pool.h"
 #include "core/error.h"
 #include "core/kernels.h"
 #include "mesh/communicator.h"
@@ -423,6 +424,9 @@ int run(const Options& o, int world_rank, int world_size) {
   if (!o.strategy.empty() && o.model != "mlp") throw UsageError("--strategy applies to --model mlp only");
   if (!o.strategy.empty() && !o.mesh.empty()) throw UsageError("--strategy and --mesh exclude each other");
   const Measured w = o.model == "mlp" ? run_mlp(o, world_size) : run_lm(o, world_size);
+  // The model's buffers, freed with it, stay in the tensor cache (core/buffer_pool.h) unless
+  // given back: the floor's own arrays below would come on top of them.
+  pool_release_cached();
   const MeshShape& mesh_shape = w.mesh;
   const std::vector<double>& ms = w.ms;
   const double flops_per_rank = w.flops_per_rank;

@@ -1,8 +1,9 @@
-// Size-keyed free lists with a byte cap.
+// Size-keyed free lists, bounded by the program's own high-water mark (buffer_pool.h).
 #include "core/buffer_pool.h"
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
@@ -15,7 +16,9 @@ namespace {
 
 constexpr std::size_t kAlignment = 64;
 constexpr std::size_t kMinCached = std::size_t{64} << 10;
-constexpr std::size_t kMaxCachedTotal = std::size_t{512} << 20;
+// The cache may always hold this much; beyond it, only up to the program's own high-water mark
+// of live tensor bytes (pool_allocate).
+constexpr std::size_t kCacheFloor = std::size_t{512} << 20;
 // Buffers of 2 MiB and more are 2 MiB aligned and asked to be backed by transparent huge pages:
 // on these machines a first touch costs a page fault per 4 KiB page, and faulting in 2.4 GB
 // took 9.1 s with 4 KiB pages, 1.1 s with huge ones (tests/collectives/large_transfer_test.cpp).
@@ -34,14 +37,45 @@ Pool& pool() {
 
 std::atomic<std::size_t> live_bytes{0};
 std::atomic<std::size_t> peak_bytes{0};
+std::atomic<std::size_t> high_water{0};  // peak_bytes without its resets: the cache's bound
+
+void raise_to(std::atomic<std::size_t>& mark, std::size_t now) {
+  std::size_t seen = mark.load(std::memory_order_relaxed);
+  while (now > seen && !mark.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
+  }
+}
+
+// The most the cache may hold while `live` bytes of tensors are live: kCacheFloor, or what the
+// program once held above `live` at its high-water mark. So live + cached never exceeds the
+// larger of that mark and live + kCacheFloor: a train step whose buffers add up to more than
+// kCacheFloor still gets every one of them back the next step (1-rank B8 L8 D4096: 1 GiB of
+// gradients, of which 512 MiB were faulted in afresh, and zeroed by the kernel, every step).
+std::size_t cache_allowance(std::size_t live) {
+  const std::size_t mark = high_water.load(std::memory_order_relaxed);
+  return std::max(kCacheFloor, mark > live ? mark - live : 0);
+}
+
+// Frees cached buffers (the largest sizes first) until the cache holds at most `allowed` bytes.
+// Called with the pool's mutex held.
+void evict_to(Pool& p, std::size_t allowed) {
+  while (p.cached > allowed) {
+    auto largest = p.free_lists.end();
+    for (auto it = p.free_lists.begin(); it != p.free_lists.end(); ++it) {
+      if (!it->second.empty() && (largest == p.free_lists.end() || it->first > largest->first)) largest = it;
+    }
+    if (largest == p.free_lists.end()) return;
+    std::free(largest->second.back());
+    largest->second.pop_back();
+    p.cached -= largest->first;
+  }
+}
 
 }  // namespace
 
 void count_tensor_allocation(std::size_t bytes) noexcept {
   const std::size_t now = live_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-  std::size_t peak = peak_bytes.load(std::memory_order_relaxed);
-  while (now > peak && !peak_bytes.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
-  }
+  raise_to(peak_bytes, now);
+  raise_to(high_water, now);
 }
 
 void count_tensor_free(std::size_t bytes) noexcept { live_bytes.fetch_sub(bytes, std::memory_order_relaxed); }
@@ -49,6 +83,20 @@ void count_tensor_free(std::size_t bytes) noexcept { live_bytes.fetch_sub(bytes,
 std::size_t live_tensor_bytes() { return live_bytes.load(std::memory_order_relaxed); }
 std::size_t peak_tensor_bytes() { return peak_bytes.load(std::memory_order_relaxed); }
 void reset_peak_tensor_bytes() { peak_bytes.store(live_bytes.load(std::memory_order_relaxed), std::memory_order_relaxed); }
+
+namespace {
+
+void* fresh_allocation(std::size_t bytes) {
+  if (bytes >= kHugePage) {
+    const std::size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+    void* out = std::aligned_alloc(kHugePage, rounded);
+    if (out != nullptr) ::madvise(out, rounded, MADV_HUGEPAGE);  // advice only: failure is harmless
+    return out;
+  }
+  return std::aligned_alloc(kAlignment, bytes);
+}
+
+}  // namespace
 
 void* pool_allocate(std::size_t bytes) {
   if (bytes >= kMinCached) {
@@ -61,14 +109,14 @@ void* pool_allocate(std::size_t bytes) {
       p.cached -= bytes;
       return out;
     }
+    // A miss: the buffer comes from the system, and the live bytes grow by it, so the cache gives
+    // back what no longer fits under its allowance.
+    evict_to(p, cache_allowance(live_bytes.load(std::memory_order_relaxed) + bytes));
   }
-  if (bytes >= kHugePage) {
-    const std::size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
-    void* out = std::aligned_alloc(kHugePage, rounded);
-    if (out != nullptr) ::madvise(out, rounded, MADV_HUGEPAGE);  // advice only: failure is harmless
-    return out;
-  }
-  return std::aligned_alloc(kAlignment, bytes);
+  if (void* out = fresh_allocation(bytes)) return out;
+  // Out of memory: the cached buffers go back to the system and the allocation is tried again.
+  pool_release_cached();
+  return fresh_allocation(bytes);
 }
 
 void pool_free(void* ptr, std::size_t bytes) noexcept {
@@ -76,7 +124,8 @@ void pool_free(void* ptr, std::size_t bytes) noexcept {
   if (bytes >= kMinCached) {
     Pool& p = pool();
     std::lock_guard<std::mutex> lock(p.mutex);
-    if (p.cached + bytes <= kMaxCachedTotal) {
+    // Tensor counts the free before it hands the buffer here: live no longer includes it.
+    if (p.cached + bytes <= cache_allowance(live_bytes.load(std::memory_order_relaxed))) {
       try {
         p.free_lists[bytes].push_back(ptr);
         p.cached += bytes;
@@ -87,6 +136,12 @@ void pool_free(void* ptr, std::size_t bytes) noexcept {
     }
   }
   std::free(ptr);
+}
+
+void pool_release_cached() noexcept {
+  Pool& p = pool();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  evict_to(p, 0);
 }
 
 std::size_t pool_cached_bytes() {

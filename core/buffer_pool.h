@@ -1,6 +1,12 @@
 // A cache of freed tensor buffers, keyed by size. A train step allocates the same sizes every
 // step; reusing them avoids the page faults and kernel zeroing of fresh allocations (a quarter
-// of a step's time without it). Only buffers of at least 64 KiB are cached, at most 512 MiB in all.
+// of a step's time without it). Only buffers of at least 64 KiB are cached.
+//
+// The cache holds at most 512 MiB, or more where the program itself once held more: with L live
+// bytes of tensors, at most max(512 MiB, H - L), H the highest L so far. So the tensor memory a
+// process keeps (live + cached) never exceeds the larger of its own high-water mark and
+// L + 512 MiB. A miss that raises L gives back (largest sizes first) what no longer fits; an
+// allocation the system refuses gives back the whole cache and is tried once more.
 #pragma once
 
 #include <cstddef>
@@ -13,6 +19,8 @@ void* pool_allocate(std::size_t bytes);
 void pool_free(void* p, std::size_t bytes) noexcept;
 // Bytes held by the cache now.
 std::size_t pool_cached_bytes();
+// Returns every cached buffer to the system (the live ones are untouched).
+void pool_release_cached() noexcept;
 
 // Tensor storage accounting: the bytes of every Tensor buffer allocated and not yet freed in
 // this process (each rounded up to 64 bytes; the cache above is not counted), and the highest

@@ -1,0 +1,85 @@
+// The tensor buffer cache (core/buffer_pool.h): a freed buffer comes back for the next request
+// of its size, a step's buffers are all kept even when they add up to more than the cache's
+// 512 MiB floor, and the cache never holds more than the program's own high-water mark allows.
+// The large buffers are never written, so they cost address space, not memory.
+#include "core/buffer_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <set>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace tessera {
+namespace {
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+
+// A f32 tensor of exactly `bytes` bytes (a multiple of 64).
+Tensor of_bytes(std::size_t bytes) { return Tensor::empty({static_cast<std::int64_t>(bytes / 4)}, DType::f32); }
+
+TEST(BufferPool, AFreedBufferComesBackForTheSameSize) {
+  pool_release_cached();
+  const void* first = nullptr;
+  {
+    Tensor t = of_bytes(kMiB);
+    first = t.raw();
+  }
+  EXPECT_EQ(pool_cached_bytes(), kMiB);
+  Tensor other = of_bytes(2 * kMiB);  // another size: not this buffer
+  EXPECT_NE(other.raw(), first);
+  EXPECT_EQ(pool_cached_bytes(), kMiB);
+  Tensor again = of_bytes(kMiB);
+  EXPECT_EQ(again.raw(), first);
+  EXPECT_EQ(pool_cached_bytes(), 0u);
+  { Tensor small = of_bytes(4096); }  // below 64 KiB: back to the system
+  EXPECT_EQ(pool_cached_bytes(), 0u);
+}
+
+// Six buffers of 256 MiB (1.5 GiB, three times the floor), freed together as a step frees its
+// gradients, are all kept and all handed back to the next step.
+TEST(BufferPool, KeepsAStepsBuffersBeyondTheFloor) {
+  pool_release_cached();
+  std::vector<Tensor> step;
+  std::set<const void*> addresses;
+  for (int i = 0; i < 6; ++i) {
+    step.push_back(of_bytes(256 * kMiB));
+    addresses.insert(step.back().raw());
+  }
+  step.clear();
+  EXPECT_EQ(pool_cached_bytes(), 6 * 256 * kMiB);
+  for (int i = 0; i < 6; ++i) {
+    step.push_back(of_bytes(256 * kMiB));
+    EXPECT_EQ(addresses.count(step.back().raw()), 1u) << "buffer " << i << " was allocated afresh";
+  }
+  EXPECT_EQ(pool_cached_bytes(), 0u);
+}
+
+// The high-water mark of live tensor bytes is now 1.5 GiB (the test above, or this one's own
+// buffers). With 1.5 GiB cached, a 1 GiB buffer of a new size raises the live bytes to 1 GiB:
+// the cache may then hold max(512 MiB, 1.5 GiB - 1 GiB) and gives back four of its six buffers,
+// keeping 512 MiB. Freeing the 1 GiB buffer brings the live bytes back down, and the
+// cache keeps it too (1.5 GiB in all, the mark).
+TEST(BufferPool, HoldsNoMoreThanTheHighWaterMarkAllows) {
+  pool_release_cached();
+  const std::size_t live_before = live_tensor_bytes();
+  {
+    std::vector<Tensor> step;
+    for (int i = 0; i < 6; ++i) step.push_back(of_bytes(256 * kMiB));
+  }
+  ASSERT_EQ(pool_cached_bytes(), 6 * 256 * kMiB);
+  {
+    Tensor big = of_bytes(1024 * kMiB + 64);
+    EXPECT_EQ(live_tensor_bytes(), live_before + 1024 * kMiB + 64);
+    EXPECT_EQ(pool_cached_bytes(), 2 * 256 * kMiB);
+  }
+  EXPECT_EQ(pool_cached_bytes(), 2 * 256 * kMiB + 1024 * kMiB + 64);
+  pool_release_cached();
+  EXPECT_EQ(pool_cached_bytes(), 0u);
+  EXPECT_EQ(live_tensor_bytes(), live_before);
+}
+
+}  // namespace
+}  // namespace tessera
