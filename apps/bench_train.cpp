@@ -19,13 +19,16 @@
 //   scripts/mpirun/local.sh 8 build/apps/bench_train --layers 8 --depth 4096
 #include <mpi.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <iostream>
+#include <new>
 #include <vector>
 
 #include "apps/cli_main.h"
@@ -186,9 +189,33 @@ GemmRates measure_gemm_rates(std::int64_t m, std::int64_t n, std::int64_t k, boo
   return r;
 }
 
+// The floor's arrays, mapped from the kernel and given back to it whole. Through malloc, arrays
+// freed before the model's state is allocated would raise glibc's mmap threshold to their size,
+// so the model's tensors below it would come from the heap instead (and the peak RSS reported
+// would grow by the heap's fragments: 195 -> 227 MB for the transformer on 8 ranks).
+template <class T>
+class MappedArray {
+ public:
+  MappedArray(std::size_t n, T value) : n_(std::max<std::size_t>(n, 1)) {
+    void* at = mmap(nullptr, n_ * sizeof(T), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (at == MAP_FAILED) throw std::bad_alloc();
+    data_ = static_cast<T*>(at);
+    std::fill_n(data_, n_, value);
+  }
+  ~MappedArray() { munmap(data_, n_ * sizeof(T)); }
+  MappedArray(const MappedArray&) = delete;
+  MappedArray& operator=(const MappedArray&) = delete;
+  T* data() { return data_; }
+  T& operator[](std::size_t i) { return data_[i]; }
+
+ private:
+  std::size_t n_;
+  T* data_ = nullptr;
+};
+
 // Bytes per second per rank moved by memcpy of a large buffer (read + write).
 double measure_copy_bandwidth(std::size_t bytes, double seconds, Measure how) {
-  std::vector<char> src(bytes, 1), dst(bytes, 0);
+  MappedArray<char> src(bytes, 1), dst(bytes, 0);
   std::size_t reps = 0;
   const double rate = rate_of(
       [&] {
@@ -206,7 +233,7 @@ double measure_copy_bandwidth(std::size_t bytes, double seconds, Measure how) {
 // optimizer state, so caches help it exactly as they help the optimizer.
 double measure_adam_stream_bandwidth(std::int64_t elements, double seconds, Measure how) {
   const auto n = static_cast<std::size_t>(std::max<std::int64_t>(elements, 1));
-  std::vector<float> p(n, 1.0f), g(n, 0.5f), m(n, 0.0f), v(n, 0.0f);
+  MappedArray<float> p(n, 1.0f), g(n, 0.5f), m(n, 0.0f), v(n, 0.0f);
   const double rate = rate_of(
       [&] {
         float* __restrict pp = p.data();
@@ -265,6 +292,10 @@ struct Measured {
   bool three_products = false;
 };
 
+// Called by run_mlp and run_lm, on every rank, once the step's shapes and counts are known and
+// before its parameters and optimizer state are allocated.
+using BeforeState = std::function<void(const Measured&)>;
+
 // Times o.steps train steps (after o.warmup) of `loss_fn` on `batch`; `comm_bytes` receives the
 // bytes the busiest rank's collectives send in the last step (the same in every step).
 std::vector<double> time_steps(const Options& o, nn::TrainState& state, const nn::Optimizer& optimizer,
@@ -292,9 +323,11 @@ double local_param_count(const nn::ParamInfos& infos, const MeshShape& mesh) {
 
 // Bytes a rank's train state holds per fp32 parameter at its peak: the parameter, Adam's two
 // moments and the gradient (16), and part of a gradient-sized buffer more while a reduction or
-// the optimizer writes its result. Measured (peak_rss_mb over params_per_rank, B8 L8 D4096): 17.9
-// on one rank, 20.0 for tp on 2, 22.5 for fsdp on 2 (its weight gradients exist whole before
-// their reduce-scatter).
+// the optimizer writes its result. Measured (peak_rss_mb over params_per_rank, B8 L8 D4096, the
+// model's own peak since 2026-11-25): 16.1 on one rank, 16.2 for tp on 2, 16.7 for fsdp on 2
+// (its weight gradients exist whole before their reduce-scatter). Before the tensor cache gave
+// its buffers back ahead of the floor's arrays, the peak printed was the larger of the two:
+// 17.9, 20.0 and 22.5.
 constexpr double kPeakBytesPerParam = 20.0;
 
 // Refuses, on every rank, before any state is allocated, a configuration whose train state
@@ -302,7 +335,7 @@ constexpr double kPeakBytesPerParam = 20.0;
 // each of many ranks): "needs N GiB per rank, this machine has M GiB".
 void check_fits(double local_params) { apps::check_memory(kPeakBytesPerParam * local_params); }
 
-Measured run_mlp(const Options& o, int world_size) {
+Measured run_mlp(const Options& o, int world_size, const BeforeState& before_state) {
   const Strategy strategy = o.strategy.empty() ? Strategy{o.mesh.empty() ? default_mesh(world_size) : o.mesh}
                                                : strategy_for(o.strategy, world_size);
   const MeshShape mesh_shape = MeshShape::parse(strategy.mesh);
@@ -313,6 +346,25 @@ Measured run_mlp(const Options& o, int world_size) {
   const nn::ParamInfos infos = nn::abstract_init(model, mesh_shape, rules, {o.batch, o.depth});
   for (const auto& info : infos) validate_spec(info.spec, mesh_shape, info.shape, info.path);
   check_fits(local_param_count(infos, mesh_shape));
+
+  // What each rank must compute and move. Each layer has 2 matmuls of 2*B*d*d FLOPs forward and
+  // 4 backward (a weight and an input gradient each), less the input gradient of layer 0, which
+  // nothing needs. Every one is split over the batch (data) and hidden (model) axes.
+  const std::int64_t data_size = shard_count(parse_spec("P(data)"), mesh_shape, 0);
+  const std::int64_t model_size = shard_count(parse_spec("P(model)"), mesh_shape, 0);
+  const double matmuls = 6.0 * o.layers - 1.0;
+  const double flops_total = matmuls * 2.0 * o.batch * o.depth * o.depth;
+  Measured w;
+  w.mesh = mesh_shape;
+  w.flops_per_rank = flops_total / static_cast<double>(data_size * model_size);
+  w.local_params = local_param_count(infos, mesh_shape);
+  // The GEMM of the step's forward matmul on one rank: [B/data, d] x [d, d/model].
+  w.m = o.batch / data_size;
+  w.n = o.depth / model_size;
+  w.k = o.depth;
+  w.three_products = true;
+  before_state(w);
+
   Mesh mesh = Mesh::world(mesh_shape);
   const apps::SyntheticData data({o.batch, o.depth, apps::LossKind::sum, apps::InputKind::ones, o.seed, false}, mesh,
                                  rules);
@@ -325,33 +377,14 @@ Measured run_mlp(const Options& o, int world_size) {
   nn::StepOptions step_options;
   step_options.reduction = nn::StepOptions::Reduction::sum;
   const nn::Batch batch = data.batch(0);
-  double comm_bytes = 0;
-  const std::vector<double> ms = time_steps(o, state, optimizer, loss_fn, batch, step_options, comm_bytes);
-
-  // What each rank must compute and move. Each layer has 2 matmuls of 2*B*d*d FLOPs forward and
-  // 4 backward (a weight and an input gradient each), less the input gradient of layer 0, which
-  // nothing needs. Every one is split over the batch (data) and hidden (model) axes.
-  const std::int64_t data_size = shard_count(parse_spec("P(data)"), mesh_shape, 0);
-  const std::int64_t model_size = shard_count(parse_spec("P(model)"), mesh_shape, 0);
-  const double matmuls = 6.0 * o.layers - 1.0;
-  const double flops_total = matmuls * 2.0 * o.batch * o.depth * o.depth;
-  const double flops_per_rank = flops_total / static_cast<double>(data_size * model_size);
-  // The GEMM of the step's forward matmul on one rank: [B/data, d] x [d, d/model].
-  return {mesh_shape,
-          ms,
-          comm_bytes,
-          flops_per_rank,
-          local_param_count(infos, mesh_shape),
-          o.batch / data_size,
-          o.depth / model_size,
-          o.depth,
-          true};
+  w.ms = time_steps(o, state, optimizer, loss_fn, batch, step_options, w.comm_bytes);
+  return w;
 }
 
 // train_lm's default mesh for the rank count: data=2,seq=2,model=2 on 8 ranks, else data only.
 std::string default_lm_mesh(int ranks) { return ranks == 8 ? "data=2,seq=2,model=2" : "data=" + std::to_string(ranks); }
 
-Measured run_lm(const Options& o, int world_size) {
+Measured run_lm(const Options& o, int world_size, const BeforeState& before_state) {
   const MeshShape mesh_shape = MeshShape::parse(o.mesh.empty() ? default_lm_mesh(world_size) : o.mesh);
   models::TransformerConfig config;
   config.d_model = o.d_model;
@@ -364,6 +397,24 @@ Measured run_lm(const Options& o, int world_size) {
   model.validate(mesh_shape, tokens_shape);
   const nn::ParamInfos infos = nn::abstract_init(model, mesh_shape, {}, tokens_shape);
   check_fits(local_param_count(infos, mesh_shape));
+
+  const double d = static_cast<double>(o.d_model), ff = static_cast<double>(o.d_ff), s = static_cast<double>(o.seq_len);
+  const double tokens = static_cast<double>(o.batch) * s;
+  const double forward = tokens * (o.layers * (8.0 * d * d + 4.0 * d * ff) + 2.0 * d * config.vocab) +
+                         static_cast<double>(o.batch) * o.layers * 4.0 * d * s * (s + 1) / 2;
+  // The MLP's up projection on one rank: [tokens / (data * seq), d_model] x [d_model, d_ff / model].
+  const auto size_of = [&](const char* axis) { return mesh_shape.has_axis(axis) ? mesh_shape.axis_size(axis) : 1; };
+  const std::int64_t token_shards = size_of(models::kDataAxis) * size_of(models::kSeqAxis);
+  Measured w;
+  w.mesh = mesh_shape;
+  w.flops_per_rank = 3.0 * forward / static_cast<double>(world_size);
+  w.local_params = local_param_count(infos, mesh_shape);
+  w.m = o.batch * o.seq_len / token_shards;
+  w.n = o.d_ff / size_of(models::kModelAxis);
+  w.k = o.d_model;
+  w.three_products = false;
+  before_state(w);
+
   Mesh mesh = Mesh::world(mesh_shape);
   const nn::Optimizer optimizer = nn::adam(1e-3);
   nn::TrainState state = nn::create_train_state(nn::init_params(infos, mesh, o.seed), optimizer);
@@ -388,20 +439,77 @@ Measured run_lm(const Options& o, int world_size) {
   const nn::LossFn loss_fn = [&](const nn::VarTree& params, const nn::Batch& b) {
     return model.loss(nn::ParamView(params), b.x, *b.y);
   };
-  double comm_bytes = 0;
-  const std::vector<double> ms = time_steps(o, state, optimizer, loss_fn, batch, nn::StepOptions{}, comm_bytes);
+  w.ms = time_steps(o, state, optimizer, loss_fn, batch, nn::StepOptions{}, w.comm_bytes);
+  return w;
+}
 
-  const double d = static_cast<double>(o.d_model), ff = static_cast<double>(o.d_ff), s = static_cast<double>(o.seq_len);
-  const double tokens = static_cast<double>(o.batch) * s;
-  const double forward = tokens * (o.layers * (8.0 * d * d + 4.0 * d * ff) + 2.0 * d * config.vocab) +
-                         static_cast<double>(o.batch) * o.layers * 4.0 * d * s * (s + 1) / 2;
-  const double flops_per_rank = 3.0 * forward / static_cast<double>(world_size);
-  // The MLP's up projection on one rank: [tokens / (data * seq), d_model] x [d_model, d_ff / model].
-  const auto size_of = [&](const char* axis) { return mesh_shape.has_axis(axis) ? mesh_shape.axis_size(axis) : 1; };
-  const std::int64_t token_shards = size_of(models::kDataAxis) * size_of(models::kSeqAxis);
-  const std::int64_t model_size = size_of(models::kModelAxis);
-  return {mesh_shape, ms, comm_bytes, flops_per_rank, local_param_count(infos, mesh_shape), o.batch * o.seq_len / token_shards,
-          o.d_ff / model_size, o.d_model, false};
+// Sets this process's peak resident set (VmHWM) back to its current size, so that a later
+// peak_rss_bytes() is the model's alone and not the floor's arrays measured before it (Linux:
+// "5" written to /proc/self/clear_refs). Where that fails the peak stays the process's own.
+void reset_peak_rss() {
+  if (std::FILE* f = std::fopen("/proc/self/clear_refs", "w")) {
+    std::fputs("5", f);
+    std::fclose(f);
+  }
+}
+
+// This process's peak resident set in bytes since start or reset_peak_rss (VmHWM), or
+// getrusage's maximum where /proc is not readable.
+double peak_rss_bytes() {
+  if (std::FILE* f = std::fopen("/proc/self/status", "r")) {
+    char line[256];
+    long long kib = -1;
+    while (std::fgets(line, sizeof line, f) != nullptr) {
+      if (std::sscanf(line, "VmHWM: %lld kB", &kib) == 1) break;
+    }
+    std::fclose(f);
+    if (kib >= 0) return static_cast<double>(kib) * 1024.0;
+  }
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) * 1024.0;  // ru_maxrss: KiB
+}
+
+// The rates the floor charges (docs/design.md, "Performance model"): the busiest core's ranks'
+// GEMMs and streams one after the other at the rates of a rank alone, and the node's memory
+// traffic at the bandwidth all ranks get at once.
+struct FloorRates {
+  GemmRates rates;  // the step's product on this rank's rows
+  GemmRates whole;  // the same products on the whole batch's rows (the MLP), else `rates`
+  double copy_alone = 0, stream_alone = 0, copy_all = 0, stream_all = 0;
+};
+
+// Collective: every rank measures (rank 0 alone, or all at once) and receives the rates.
+FloorRates measure_floor_rates(const Options& o, const Measured& w) {
+  FloorRates f;
+  const double secs = o.measure_seconds;
+  f.rates = measure_gemm_rates(w.m, w.n, w.k, w.three_products, secs, Measure::alone);
+  // The MLP's weight gradients (and FSDP's products) may run on the whole batch's rows, gathered
+  // over data (nn/einsum.h, einsum_toward): a thin product with more rows runs faster, so the
+  // same three products on the whole batch are measured too and the fastest of all six counts.
+  const bool whole_batch = w.three_products && o.batch != w.m;
+  f.whole = whole_batch ? measure_gemm_rates(o.batch, w.n, w.k, true, secs, Measure::alone) : f.rates;
+  const std::size_t copy_bytes = static_cast<std::size_t>(o.copy_mib) << 20;
+  const auto stream_elements = static_cast<std::int64_t>(w.local_params);
+  f.copy_alone = measure_copy_bandwidth(copy_bytes, secs, Measure::alone);
+  f.stream_alone = measure_adam_stream_bandwidth(stream_elements, secs, Measure::alone);
+  f.copy_all = measure_copy_bandwidth(copy_bytes, secs, Measure::all_at_once);
+  f.stream_all = measure_adam_stream_bandwidth(stream_elements, secs, Measure::all_at_once);
+  return f;
+}
+
+// Each rate at the faster of two measurements.
+FloorRates faster(const FloorRates& a, const FloorRates& b) {
+  const auto gemm = [](const GemmRates& x, const GemmRates& y) {
+    return GemmRates{std::max(x.forward, y.forward), std::max(x.input_grad, y.input_grad),
+                     std::max(x.weight_grad, y.weight_grad)};
+  };
+  return {gemm(a.rates, b.rates),
+          gemm(a.whole, b.whole),
+          std::max(a.copy_alone, b.copy_alone),
+          std::max(a.stream_alone, b.stream_alone),
+          std::max(a.copy_all, b.copy_all),
+          std::max(a.stream_all, b.stream_all)};
 }
 
 int run(const Options& o, int world_rank, int world_size) {
@@ -423,42 +531,37 @@ int run(const Options& o, int world_rank, int world_size) {
   }
   if (!o.strategy.empty() && o.model != "mlp") throw UsageError("--strategy applies to --model mlp only");
   if (!o.strategy.empty() && !o.mesh.empty()) throw UsageError("--strategy and --mesh exclude each other");
-  const Measured w = o.model == "mlp" ? run_mlp(o, world_size) : run_lm(o, world_size);
+  // The floor's rates are measured twice, before the model's state exists and after its steps,
+  // and each counts at the faster of the two: a floor must not rise because the machine was slow
+  // for a while (docs/design.md, "Performance model").
+  FloorRates before;
+  const BeforeState measure_before = [&](const Measured& plan) {
+    before = measure_floor_rates(o, plan);
+    reset_peak_rss();
+  };
+  const Measured w = o.model == "mlp" ? run_mlp(o, world_size, measure_before) : run_lm(o, world_size, measure_before);
+  // The most any rank's resident set reached while the model was built and trained.
+  const double peak_rss = allreduce(peak_rss_bytes(), MPI_MAX);
   // The model's buffers, freed with it, stay in the tensor cache (core/buffer_pool.h) unless
   // given back: the floor's own arrays below would come on top of them.
   pool_release_cached();
+  const FloorRates f = faster(before, measure_floor_rates(o, w));
   const MeshShape& mesh_shape = w.mesh;
   const std::vector<double>& ms = w.ms;
   const double flops_per_rank = w.flops_per_rank;
   const double bytes_per_rank = 28.0 * w.local_params;
   const std::int64_t m = w.m, n = w.n, k = w.k;
-  // The floor (docs/design.md, "Performance model"): the larger of what the busiest core must
-  // do, its ranks' GEMMs and streams one after the other at the rates of a rank alone, and
-  // what the node's memory must move, every rank's streams at the bandwidth all ranks get at
-  // once.
-  const std::size_t copy_bytes = static_cast<std::size_t>(o.copy_mib) << 20;
-  const auto stream_elements = static_cast<std::int64_t>(w.local_params);
-  const GemmRates rates = measure_gemm_rates(m, n, k, w.three_products, o.measure_seconds, Measure::alone);
-  // The MLP's weight gradients (and FSDP's products) may run on the whole batch's rows, gathered
-  // over data (nn/einsum.h, einsum_toward): a thin product with more rows runs faster, so the
-  // same three products on the whole batch are measured too and the fastest of all six counts.
-  const bool whole_batch = w.three_products && o.batch != m;
-  const GemmRates whole =
-      whole_batch ? measure_gemm_rates(o.batch, n, k, true, o.measure_seconds, Measure::alone) : rates;
+  const GemmRates& rates = f.rates;
+  const GemmRates& whole = f.whole;
   const double gemm_rate = std::max(rates.best(), whole.best());
-  const double copy_alone = measure_copy_bandwidth(copy_bytes, o.measure_seconds, Measure::alone);
-  const double stream_alone = measure_adam_stream_bandwidth(stream_elements, o.measure_seconds, Measure::alone);
-  const double copy_bw = measure_copy_bandwidth(copy_bytes, o.measure_seconds, Measure::all_at_once);
-  const double stream_bw = measure_adam_stream_bandwidth(stream_elements, o.measure_seconds, Measure::all_at_once);
+  const double copy_alone = f.copy_alone, stream_alone = f.stream_alone;
+  const double copy_bw = f.copy_all, stream_bw = f.stream_all;
   const double share = std::max(1.0, ranks_per_core());
   const double compute_floor_ms =
       1e3 * share * (flops_per_rank / gemm_rate + bytes_per_rank / std::max(copy_alone, stream_alone));
   const double memory_floor_ms = 1e3 * bytes_per_rank / std::max(copy_bw, stream_bw);
   const double floor_ms = std::max(compute_floor_ms, memory_floor_ms);
   const double med = median(ms);
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  const double peak_rss = allreduce(static_cast<double>(usage.ru_maxrss) * 1024.0, MPI_MAX);  // ru_maxrss: KiB
 
   if (root) {
     std::printf("{\"bench\":\"gemm\",\"ranks\":%d,\"m\":%lld,\"n\":%lld,\"k\":%lld,\"gflops_per_rank\":%.3f",
