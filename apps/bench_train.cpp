@@ -325,8 +325,8 @@ double local_param_count(const nn::ParamInfos& infos, const MeshShape& mesh) {
 // moments and the gradient (16), and part of a gradient-sized buffer more while a reduction or
 // the optimizer writes its result. Measured (peak_rss_mb over params_per_rank, B8 L8 D4096, the
 // model's own peak since 2026-11-25): 16.1 on one rank, 16.2 for tp on 2, 16.7 for fsdp on 2
-// (its weight gradients exist whole before their reduce-scatter). Before the tensor cache gave
-// its buffers back ahead of the floor's arrays, the peak printed was the larger of the two:
+// (its weight gradients exist whole before their reduce-scatter). Until then the peak printed
+// was the process's, the floor's arrays (and, before them, the model's cached buffers) included:
 // 17.9, 20.0 and 22.5.
 constexpr double kPeakBytesPerParam = 20.0;
 
