@@ -112,6 +112,42 @@ TEST(Kernels, GemmOfThinShapesEqualsLoops) {
   }
 }
 
+// batched_gemm on shapes that take Eigen's GEMM with packing blocks of its own per-thread
+// scratch (core/kernels.cpp, ScratchBlocking): a depth of several of Eigen's k-blocks, products
+// that grow the scratch and smaller ones after them that reuse it, every transposition, with
+// and without accumulation. Exact, as above (sums of at most 600 products of eighths).
+TEST(Kernels, GemmOfWideShapesEqualsLoops) {
+  struct Dims {
+    std::int64_t m, n, k;
+  };
+  for (DType dtype : {DType::f32, DType::f64}) {
+    for (const Dims d : {Dims{20, 24, 600}, Dims{70, 130, 600}, Dims{2, 300, 33}, Dims{33, 2, 300}, Dims{70, 130, 600},
+                         Dims{17, 19, 40}}) {
+      for (int layout = 0; layout < 8; ++layout) {
+        const bool trans_a = (layout & 1) != 0, trans_b = (layout & 2) != 0, accumulate = (layout & 4) != 0;
+        const std::int64_t m = d.m, n = d.n, k = d.k;
+        Tensor a = values({1, trans_a ? k : m, trans_a ? m : k}, 1, dtype);
+        Tensor b = values({1, trans_b ? n : k, trans_b ? k : n}, 2, dtype);
+        Tensor c = values({1, m, n}, 3, dtype);
+        Tensor a64 = a.astype(DType::f64), b64 = b.astype(DType::f64), c64 = c.astype(DType::f64);
+        batched_gemm(a, b, c, 1, m, n, k, trans_a, trans_b, accumulate);
+        Tensor got = c.astype(DType::f64);
+        for (std::int64_t i = 0; i < m; ++i) {
+          for (std::int64_t j = 0; j < n; ++j) {
+            double want = accumulate ? c64.data<double>()[i * n + j] : 0.0;
+            for (std::int64_t l = 0; l < k; ++l) {
+              want += a64.data<double>()[trans_a ? l * m + i : i * k + l] *
+                      b64.data<double>()[trans_b ? j * k + l : l * n + j];
+            }
+            ASSERT_EQ(got.data<double>()[i * n + j], want) << dtype_name(dtype) << " m " << m << " n " << n << " k "
+                                                           << k << " layout " << layout << " at " << i << "," << j;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Kernels, EinsumErrorsNameTheProblem) {
   auto message = [](const std::string& spec) {
     try {
