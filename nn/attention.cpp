@@ -19,6 +19,41 @@ namespace tessera::nn {
 
 namespace {
 
+// The cosines and sines of the rotation angles of positions [offset, offset + seq) and frequency
+// pairs [0, half), [seq, half] each: pos * base^(-2i / d_head).
+struct RotaryTable {
+  std::int64_t offset = 0, seq = 0, dh = 0;
+  double base = 0;
+  std::vector<double> cosines, sines;
+};
+
+// The table for these positions, made once: a step rotates q and k of every layer forward and
+// back with the same positions, and the table's pow, cos and sin cost more than the rotation
+// of a small block (8 ranks, B8 s128 d256: 64 x 16 angles against 32 Ki values per call).
+// Per thread; the last few tables are kept.
+const RotaryTable& rotary_table(std::int64_t offset, std::int64_t seq, std::int64_t dh, double base) {
+  thread_local std::vector<RotaryTable> tables;
+  for (const RotaryTable& t : tables) {
+    if (t.offset == offset && t.seq == seq && t.dh == dh && t.base == base) return t;
+  }
+  constexpr std::size_t kKept = 8;
+  if (tables.size() == kKept) tables.erase(tables.begin());
+  RotaryTable t{offset, seq, dh, base, {}, {}};
+  const std::int64_t half = dh / 2;
+  t.cosines.resize(static_cast<std::size_t>(seq * half));
+  t.sines.resize(t.cosines.size());
+  for (std::int64_t p = 0; p < seq; ++p) {
+    const double pos = static_cast<double>(offset + p);
+    for (std::int64_t i = 0; i < half; ++i) {
+      const double angle = pos * std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(dh));
+      t.cosines[static_cast<std::size_t>(p * half + i)] = std::cos(angle);
+      t.sines[static_cast<std::size_t>(p * half + i)] = std::sin(angle);
+    }
+  }
+  tables.push_back(std::move(t));
+  return tables.back();
+}
+
 // Rotates x's block (sign = +1) or applies the inverse rotation (sign = -1).
 template <class T>
 void rotate(const Tensor& in, Tensor& out, std::int64_t seq_offset, double base, double sign) {
@@ -26,23 +61,15 @@ void rotate(const Tensor& in, Tensor& out, std::int64_t seq_offset, double base,
   const std::int64_t batch = s[0], seq = s[1], heads = s[2], dh = s[3], half = dh / 2;
   const T* x = in.data<T>();
   T* y = out.data<T>();
-  // The angles' cosines and signed sines, [seq, half]: computed once per call, not per sequence.
-  std::vector<double> cosines(static_cast<std::size_t>(seq * half)), sines(cosines.size());
-  for (std::int64_t p = 0; p < seq; ++p) {
-    const double pos = static_cast<double>(seq_offset + p);
-    for (std::int64_t i = 0; i < half; ++i) {
-      const double angle = pos * std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(dh));
-      cosines[static_cast<std::size_t>(p * half + i)] = std::cos(angle);
-      sines[static_cast<std::size_t>(p * half + i)] = sign * std::sin(angle);
-    }
-  }
+  const RotaryTable& table = rotary_table(seq_offset, seq, dh, base);
   for (std::int64_t b = 0; b < batch; ++b) {
     for (std::int64_t p = 0; p < seq; ++p) {
-      for (std::int64_t i = 0; i < half; ++i) {
-        const double c = cosines[static_cast<std::size_t>(p * half + i)];
-        const double sn = sines[static_cast<std::size_t>(p * half + i)];
-        for (std::int64_t h = 0; h < heads; ++h) {
-          const std::int64_t at = ((b * seq + p) * heads + h) * dh;
+      const double* cosines = table.cosines.data() + p * half;
+      const double* sines = table.sines.data() + p * half;
+      for (std::int64_t h = 0; h < heads; ++h) {
+        const std::int64_t at = ((b * seq + p) * heads + h) * dh;
+        for (std::int64_t i = 0; i < half; ++i) {
+          const double c = cosines[i], sn = sign * sines[i];
           const double x1 = x[at + i], x2 = x[at + i + half];
           y[at + i] = static_cast<T>(x1 * c - x2 * sn);
           y[at + i + half] = static_cast<T>(x2 * c + x1 * sn);
