@@ -3,6 +3,8 @@
 // mesh gives the global view's loss and gradients, and bad input names the op and the tensors.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "collectives/comm_stats.h"
 #include "core/error.h"
 #include "nn/activations.h"
@@ -47,6 +49,36 @@ TEST(LmOps, EveryOpInsideShardMapMatchesTheGlobalView) {
         ASSERT_TRUE(got_grads[i].has_value()) << label;
         EXPECT_LT(max_relative_error(got_grads[i]->to_global(), want_grads[i]->to_global(), 1e-12), 1e-12)
             << label << " input " << i;
+      }
+    }
+  }
+}
+
+// rotary against its formula: the pair (x_i, x_{i+d/2}) of position p turns by
+// p * base^(-2i/d). Positions and bases change between calls and return to the first, so the
+// angles' table (made once per positions, attention.cpp) is made, kept and found again.
+TEST(LmOps, RotaryTurnsEachPairByItsPositionsAngle) {
+  Mesh mesh = testing_util::self_mesh();
+  const Shape shape{2, 3, 2, 4};  // batch, seq, heads, d_head
+  const Tensor x = test_values(shape, 5, DType::f64, false);
+  struct Call {
+    std::int64_t offset;
+    double base;
+  };
+  for (const Call call : {Call{0, 100.0}, Call{7, 100.0}, Call{0, 10000.0}, Call{0, 100.0}}) {
+    const Tensor y = rotary(Var(ShardedTensor::from_global(mesh, Spec(), x)), call.base, call.offset).value().local();
+    const double* in = x.data<double>();
+    for (std::int64_t b = 0; b < 2; ++b) {
+      for (std::int64_t p = 0; p < 3; ++p) {
+        for (std::int64_t h = 0; h < 2; ++h) {
+          for (std::int64_t i = 0; i < 2; ++i) {
+            const std::int64_t at = ((b * 3 + p) * 2 + h) * 4;
+            const double angle = static_cast<double>(call.offset + p) * std::pow(call.base, -2.0 * i / 4.0);
+            const double x1 = in[at + i], x2 = in[at + i + 2];
+            EXPECT_NEAR(y.data<double>()[at + i], x1 * std::cos(angle) - x2 * std::sin(angle), 1e-15);
+            EXPECT_NEAR(y.data<double>()[at + i + 2], x2 * std::cos(angle) + x1 * std::sin(angle), 1e-15);
+          }
+        }
       }
     }
   }
