@@ -19,8 +19,8 @@ namespace tessera::nn {
 
 namespace {
 
-// The cosines and sines of the rotation angles of positions [offset, offset + seq) and frequency
-// pairs [0, half), [seq, half] each: pos * base^(-2i / d_head).
+// The cosines and sines of the rotation angles pos * base^(-2i / d_head) of positions
+// [offset, offset + seq) and frequency pairs i in [0, d_head / 2), each [seq, d_head / 2].
 struct RotaryTable {
   std::int64_t offset = 0, seq = 0, dh = 0;
   double base = 0;
@@ -30,14 +30,15 @@ struct RotaryTable {
 // The table for these positions, made once: a step rotates q and k of every layer forward and
 // back with the same positions, and the table's pow, cos and sin cost more than the rotation
 // of a small block (8 ranks, B8 s128 d256: 64 x 16 angles against 32 Ki values per call).
-// Per thread; the last few tables are kept.
+// Per thread; the most recent tables are kept, at most kKept of them and kKeptValues angles in
+// all (the newest always, however long its sequence). The reference is valid until the next call.
 const RotaryTable& rotary_table(std::int64_t offset, std::int64_t seq, std::int64_t dh, double base) {
+  constexpr std::size_t kKept = 8;
+  constexpr std::size_t kKeptValues = std::size_t{1} << 20;  // 16 MiB of cosines and sines
   thread_local std::vector<RotaryTable> tables;
   for (const RotaryTable& t : tables) {
     if (t.offset == offset && t.seq == seq && t.dh == dh && t.base == base) return t;
   }
-  constexpr std::size_t kKept = 8;
-  if (tables.size() == kKept) tables.erase(tables.begin());
   RotaryTable t{offset, seq, dh, base, {}, {}};
   const std::int64_t half = dh / 2;
   t.cosines.resize(static_cast<std::size_t>(seq * half));
@@ -50,6 +51,12 @@ const RotaryTable& rotary_table(std::int64_t offset, std::int64_t seq, std::int6
       t.sines[static_cast<std::size_t>(p * half + i)] = std::sin(angle);
     }
   }
+  const auto kept_values = [&] {
+    std::size_t n = t.cosines.size();
+    for (const RotaryTable& old : tables) n += old.cosines.size();
+    return n;
+  };
+  while (!tables.empty() && (tables.size() >= kKept || kept_values() > kKeptValues)) tables.erase(tables.begin());
   tables.push_back(std::move(t));
   return tables.back();
 }

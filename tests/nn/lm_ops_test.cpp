@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
 #include "collectives/comm_stats.h"
 #include "core/error.h"
@@ -56,7 +57,8 @@ TEST(LmOps, EveryOpInsideShardMapMatchesTheGlobalView) {
 
 // rotary against its formula: the pair (x_i, x_{i+d/2}) of position p turns by
 // p * base^(-2i/d). Positions and bases change between calls and return to the first, so the
-// angles' table (made once per positions, attention.cpp) is made, kept and found again.
+// angles' table (made once per positions, attention.cpp) is made, kept and found again, and
+// (ten offsets, more than the eight tables kept) made again after it was dropped.
 TEST(LmOps, RotaryTurnsEachPairByItsPositionsAngle) {
   Mesh mesh = testing_util::self_mesh();
   const Shape shape{2, 3, 2, 4};  // batch, seq, heads, d_head
@@ -65,7 +67,10 @@ TEST(LmOps, RotaryTurnsEachPairByItsPositionsAngle) {
     std::int64_t offset;
     double base;
   };
-  for (const Call call : {Call{0, 100.0}, Call{7, 100.0}, Call{0, 10000.0}, Call{0, 100.0}}) {
+  std::vector<Call> calls{{0, 100.0}, {7, 100.0}, {0, 10000.0}, {0, 100.0}};
+  for (std::int64_t offset = 1; offset <= 10; ++offset) calls.push_back({offset, 100.0});
+  calls.push_back({0, 100.0});
+  for (const Call call : calls) {
     const Tensor y = rotary(Var(ShardedTensor::from_global(mesh, Spec(), x)), call.base, call.offset).value().local();
     const double* in = x.data<double>();
     for (std::int64_t b = 0; b < 2; ++b) {
