@@ -22,14 +22,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <optional>
 #include <sstream>
 #include <vector>
 
+#include "apps/run_support.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "io/train_state_io.h"
@@ -108,32 +107,14 @@ std::int64_t local_bytes(const nn::TrainState& state) {
   return bytes;
 }
 
-// A /proc/self/status field in kB (VmRSS: resident now, VmHWM: the peak since the last reset).
-std::int64_t status_kib(const char* field) {
-  FILE* in = std::fopen("/proc/self/status", "r");
-  if (in == nullptr) return -1;
-  char line[256];
-  std::int64_t value = -1;
-  const std::size_t n = std::strlen(field);
-  while (std::fgets(line, sizeof line, in) != nullptr) {
-    if (std::strncmp(line, field, n) == 0 && line[n] == ':') value = std::atoll(line + n + 1);
-  }
-  std::fclose(in);
-  return value;
-}
-
 // Resident bytes that `work` adds at its peak above what the process held just before it
 // (Linux: writing 5 to /proc/self/clear_refs resets the peak, VmHWM). -1 where unsupported.
 template <class Work>
 std::int64_t peak_extra_bytes(Work&& work) {
-  bool reset = false;
-  if (FILE* clear = std::fopen("/proc/self/clear_refs", "w")) {
-    reset = std::fputs("5", clear) >= 0;
-    reset = (std::fclose(clear) == 0) && reset;
-  }
-  const std::int64_t before = status_kib("VmRSS");
+  const bool reset = apps::reset_peak_rss();
+  const std::int64_t before = apps::status_kib("VmRSS");
   work();
-  const std::int64_t peak = status_kib("VmHWM");
+  const std::int64_t peak = apps::status_kib("VmHWM");
   if (!reset || before < 0 || peak < 0) return -1;
   return std::max<std::int64_t>(0, peak - before) * 1024;
 }

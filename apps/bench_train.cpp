@@ -447,28 +447,11 @@ Measured run_lm(const Options& o, int world_size, const BeforeState& before_stat
   return w;
 }
 
-// Sets this process's peak resident set (VmHWM) back to its current size, so that a later
-// peak_rss_bytes() is the model's alone and not the floor's arrays measured before it (Linux:
-// "5" written to /proc/self/clear_refs). Where that fails the peak stays the process's own.
-void reset_peak_rss() {
-  if (std::FILE* f = std::fopen("/proc/self/clear_refs", "w")) {
-    std::fputs("5", f);
-    std::fclose(f);
-  }
-}
-
-// This process's peak resident set in bytes since start or reset_peak_rss (VmHWM), or
+// This process's peak resident set in bytes since start or apps::reset_peak_rss (VmHWM), or
 // getrusage's maximum where /proc is not readable.
 double peak_rss_bytes() {
-  if (std::FILE* f = std::fopen("/proc/self/status", "r")) {
-    char line[256];
-    long long kib = -1;
-    while (std::fgets(line, sizeof line, f) != nullptr) {
-      if (std::sscanf(line, "VmHWM: %lld kB", &kib) == 1) break;
-    }
-    std::fclose(f);
-    if (kib >= 0) return static_cast<double>(kib) * 1024.0;
-  }
+  const std::int64_t kib = apps::status_kib("VmHWM");
+  if (kib >= 0) return static_cast<double>(kib) * 1024.0;
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   return static_cast<double>(usage.ru_maxrss) * 1024.0;  // ru_maxrss: KiB
@@ -541,7 +524,7 @@ int run(const Options& o, int world_rank, int world_size) {
   FloorRates before;
   const BeforeState measure_before = [&](const Measured& plan) {
     before = measure_floor_rates(o, plan);
-    reset_peak_rss();
+    apps::reset_peak_rss();  // the peak printed is the model's, not the floor's arrays'
   };
   const Measured w = o.model == "mlp" ? run_mlp(o, world_size, measure_before) : run_lm(o, world_size, measure_before);
   // The most any rank's resident set reached while the model was built and trained.
@@ -555,34 +538,30 @@ int run(const Options& o, int world_rank, int world_size) {
   const double flops_per_rank = w.flops_per_rank;
   const double bytes_per_rank = 28.0 * w.local_params;
   const std::int64_t m = w.m, n = w.n, k = w.k;
-  const GemmRates& rates = f.rates;
-  const GemmRates& whole = f.whole;
-  const double gemm_rate = std::max(rates.best(), whole.best());
-  const double copy_alone = f.copy_alone, stream_alone = f.stream_alone;
-  const double copy_bw = f.copy_all, stream_bw = f.stream_all;
+  const double gemm_rate = std::max(f.rates.best(), f.whole.best());
   const double share = std::max(1.0, ranks_per_core());
   const double compute_floor_ms =
-      1e3 * share * (flops_per_rank / gemm_rate + bytes_per_rank / std::max(copy_alone, stream_alone));
-  const double memory_floor_ms = 1e3 * bytes_per_rank / std::max(copy_bw, stream_bw);
+      1e3 * share * (flops_per_rank / gemm_rate + bytes_per_rank / std::max(f.copy_alone, f.stream_alone));
+  const double memory_floor_ms = 1e3 * bytes_per_rank / std::max(f.copy_all, f.stream_all);
   const double floor_ms = std::max(compute_floor_ms, memory_floor_ms);
   const double med = median(ms);
 
   if (root) {
     std::printf("{\"bench\":\"gemm\",\"ranks\":%d,\"m\":%lld,\"n\":%lld,\"k\":%lld,\"gflops_per_rank\":%.3f",
                 world_size, static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k),
-                rates.forward / 1e9);
+                f.rates.forward / 1e9);
     if (w.three_products) {
-      std::printf(",\"input_grad_gflops_per_rank\":%.3f,\"weight_grad_gflops_per_rank\":%.3f", rates.input_grad / 1e9,
-                  rates.weight_grad / 1e9);
+      std::printf(",\"input_grad_gflops_per_rank\":%.3f,\"weight_grad_gflops_per_rank\":%.3f", f.rates.input_grad / 1e9,
+                  f.rates.weight_grad / 1e9);
       std::printf(",\"whole_batch_m\":%lld,\"whole_batch_gflops\":%.3f", static_cast<long long>(o.batch),
-                  whole.best() / 1e9);
+                  f.whole.best() / 1e9);
     }
     std::printf("}\n");
     std::printf("{\"bench\":\"copy\",\"ranks\":%d,\"mib\":%lld,\"gb_per_s_per_rank\":%.3f,\"gb_per_s_alone\":%.3f}\n",
-                world_size, static_cast<long long>(o.copy_mib), copy_bw / 1e9, copy_alone / 1e9);
+                world_size, static_cast<long long>(o.copy_mib), f.copy_all / 1e9, f.copy_alone / 1e9);
     std::printf(
         "{\"bench\":\"adam_stream\",\"ranks\":%d,\"elements\":%lld,\"gb_per_s_per_rank\":%.3f,\"gb_per_s_alone\":%.3f}\n",
-        world_size, static_cast<long long>(w.local_params), stream_bw / 1e9, stream_alone / 1e9);
+        world_size, static_cast<long long>(w.local_params), f.stream_all / 1e9, f.stream_alone / 1e9);
     char sizes[160];
     if (o.model == "mlp") {
       std::snprintf(sizes, sizeof sizes, "\"depth\":%lld", static_cast<long long>(o.depth));

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <sstream>
 
 #include "core/error.h"
@@ -69,6 +71,26 @@ void check_memory(double need_bytes) {
     std::snprintf(text, sizeof text, "needs %.1f GiB per rank, this machine has %.1f GiB", need_bytes / gib, have / gib);
     throw UsageError(text);
   }
+}
+
+std::int64_t status_kib(const char* field) {
+  FILE* in = std::fopen("/proc/self/status", "r");
+  if (in == nullptr) return -1;
+  char line[256];
+  std::int64_t value = -1;
+  const std::size_t n = std::strlen(field);
+  while (std::fgets(line, sizeof line, in) != nullptr) {
+    if (std::strncmp(line, field, n) == 0 && line[n] == ':') value = std::atoll(line + n + 1);
+  }
+  std::fclose(in);
+  return value;
+}
+
+bool reset_peak_rss() {
+  FILE* clear = std::fopen("/proc/self/clear_refs", "w");
+  if (clear == nullptr) return false;
+  const bool written = std::fputs("5", clear) >= 0;
+  return (std::fclose(clear) == 0) && written;
 }
 
 namespace {

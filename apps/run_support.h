@@ -1,7 +1,9 @@
-// Pieces the training apps (train_mlp, train_lm) share: the checkpoint directory's fresh-run
-// rule, the memory check before allocation, the parameter table they print.
+// Pieces the apps share: the checkpoint directory's fresh-run rule, the memory check before
+// allocation, the parameter table the training apps print, and the resident-set figures the
+// benchmarks print.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -39,6 +41,14 @@ double memory_per_rank_bytes();
 // Collective: throws UsageError "needs N GiB per rank, this machine has M GiB" when
 // `need_bytes` exceeds memory_per_rank_bytes().
 void check_memory(double need_bytes);
+
+// A /proc/self/status field in kB (VmRSS: resident now, VmHWM: the peak since the last reset),
+// or -1 where it cannot be read.
+std::int64_t status_kib(const char* field);
+
+// Sets this process's peak resident set (VmHWM) back to its current size (Linux: "5" written to
+// /proc/self/clear_refs). False where that is not supported; the peak then stays the process's.
+bool reset_peak_rss();
 
 // One line per parameter: path, global shape, logical names, spec, local shape; then the count.
 std::string parameter_table(const nn::ParamInfos& infos, const MeshShape& mesh);
