@@ -11,7 +11,7 @@ packages=(
   googletest libgtest-dev libgmock-dev
   libcli11-dev
   python3-matplotlib
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev lld
   iproute2 util-linux bc
   munge slurmctld slurmd slurm-client
 )
