@@ -226,7 +226,14 @@ std::vector<std::uint64_t> write_skeleton(const CheckpointState& state, const st
   // Created new, never through a symlink planted at the temporary name (the skeleton driver
   // opens with O_NOFOLLOW too, so one planted after this is refused).
   ::close(checkpoint_dir::create_exclusive(temporary));
-  H5Handle access = checkpoint_io::skeleton_file_access(context);
+  // The skeleton's metadata (object headers, chunk indexes: measured about 3 KiB per dataset
+  // with up to 64 chunks, about 41 bytes per further chunk) is carved from one block at the
+  // start of the file, so that a restore's planning reads it in one sweep rather than a seek per
+  // dataset to the index before its chunks (cold-cache planning of 24 arrays: 9-12 -> 3-6 ms).
+  const std::uint64_t metadata_bytes = std::clamp<std::uint64_t>(
+      (std::uint64_t{4096} * (state.arrays.size() + 1) + std::uint64_t{64} * total_chunks + 4095) / 4096 * 4096,
+      std::uint64_t{4096}, std::uint64_t{8} << 20);
+  H5Handle access = checkpoint_io::skeleton_file_access(context, metadata_bytes);
   H5Handle file = file_handle(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()), "H5Fcreate",
                               context);
   write_root_attributes(file.get(), state, mesh_shape, temporary);

@@ -208,10 +208,11 @@ hid_t skeleton_driver_id(std::string_view context) {
 
 }  // namespace
 
-H5Handle skeleton_file_access(std::string_view context) {
+H5Handle skeleton_file_access(std::string_view context, std::uint64_t metadata_bytes) {
   H5Handle fapl = plist_handle(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate", context);
   check_h5(H5Pset_driver(fapl.get(), skeleton_driver_id(context), nullptr), "H5Pset_driver", context);
   check_h5(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST), "H5Pset_libver_bounds", context);
+  if (metadata_bytes > 0) check_h5(H5Pset_meta_block_size(fapl.get(), metadata_bytes), "H5Pset_meta_block_size", context);
   return fapl;
 }
 

@@ -24,8 +24,10 @@
 namespace tessera::checkpoint_io {
 
 // A file access property list for the skeleton driver (registered on first use), with the same
-// format bounds as every tessera file.
-H5Handle skeleton_file_access(std::string_view context);
+// format bounds as every tessera file. `metadata_bytes` (0: HDF5's default of 2 KiB) is the size
+// of the blocks HDF5 carves metadata from: given the file's expected metadata, its object headers
+// and chunk indexes lie together at the file's start instead of each index before its chunks.
+H5Handle skeleton_file_access(std::string_view context, std::uint64_t metadata_bytes = 0);
 
 // While one is alive, raw-data writes through the skeleton driver are dropped (and counted).
 class DropRawWrites {
