@@ -14,13 +14,14 @@
 // The file is what HDF5's own filtered write would have left: HDF5 reads it and checks every
 // checksum (verify_checkpoint, h5dump, tests/io/chunk_io_test.cpp). Only the fill chunks HDF5
 // would have filtered and written first, and the rewrite through one ROMIO aggregator, are gone.
+#include <unistd.h>
+
 #include <algorithm>
 #include <bit>
 #include <filesystem>
 #include <memory>
-
-#include <unistd.h>
 #include <set>
+#include <thread>
 
 #include "core/checked.h"
 #include "core/error.h"
@@ -473,7 +474,7 @@ std::string save_checkpoint(const CheckpointState& state, const std::string& dir
   const std::string temporary = final_path + checkpoint_dir::temporary_suffix;
 
   // Rank 0 makes the directory and writes the file's skeleton while the owners checksum their chunks
-  // (rank 0 after its skeleton).
+  // (rank 0 on a second thread: it owns the blocks of every replicated array, the largest share).
   std::optional<std::string> error;
   std::size_t total_chunks = 0;
   const std::vector<Chunking> chunkings = chunkings_of(state, options, total_chunks);
@@ -481,7 +482,12 @@ std::string save_checkpoint(const CheckpointState& state, const std::string& dir
   // Rank 0 holds the directory's lock for the whole save unless this process holds it already
   // (train_mlp takes it for the whole run).
   std::unique_ptr<DirectoryLock> lock;
+  std::vector<OwnedChunk> chunks;
+  std::optional<std::string> checksum_error;
+  const auto checksum = [&] { checksum_error = capture_error([&] { chunks = owned_chunks(state, chunkings); }); };
   if (rank == 0) {
+    // HDF5 stays on this thread; the checksums touch only the state's memory.
+    std::thread checksums(checksum);
     error = capture_error([&] {
       // The previous save's removals finish first (and release the lock that save took).
       checkpoint_dir::wait_for_removals();
@@ -489,9 +495,10 @@ std::string save_checkpoint(const CheckpointState& state, const std::string& dir
       if (!DirectoryLock::held_here(dir)) lock = DirectoryLock::acquire(dir);
       addresses = write_skeleton(state, chunkings, total_chunks, mesh_shape, temporary);
     });
+    checksums.join();
+  } else {
+    checksum();
   }
-  std::vector<OwnedChunk> chunks;
-  const auto checksum_error = capture_error([&] { chunks = owned_chunks(state, chunkings); });
   if (!error) error = checksum_error;
   agree_or_throw<IoError>(comm, error);
   if (total_chunks > 0) {
