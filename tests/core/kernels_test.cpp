@@ -72,8 +72,10 @@ TEST(Kernels, EinsumMatchesLoopsForEveryLayout) {
 
 // batched_gemm on the shapes of a layer over a small batch (a thin m, or a thin k as in a weight
 // gradient), which take their own kernels, and on shapes on either side of their limits (16
-// rows; strips of 32 f32 or 16 f64 columns; every count of rows left after blocks of 8 and of
-// 4), every transposition, with and without accumulation.
+// rows; strips of two vectors, 32 f32 columns with AVX-512, 16 with AVX, 8 with SSE; every count
+// of rows left after blocks of 8 or 6 and of 4, and of columns after blocks of 4 or 2), every
+// transposition, with and without accumulation. build/ runs it at the machine's width and the
+// sanitizer build (no -march=native) at SSE's.
 // The operands are multiples of 1/8 with small numerators: every sum is exact in f32, so the
 // result must equal the loops' exactly whatever the order of the additions.
 TEST(Kernels, GemmOfThinShapesEqualsLoops) {
