@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <memory>
 #include <set>
+#include <system_error>
 #include <thread>
 
 #include "core/checked.h"
@@ -486,8 +487,13 @@ std::string save_checkpoint(const CheckpointState& state, const std::string& dir
   std::optional<std::string> checksum_error;
   const auto checksum = [&] { checksum_error = capture_error([&] { chunks = owned_chunks(state, chunkings); }); };
   if (rank == 0) {
-    // HDF5 stays on this thread; the checksums touch only the state's memory.
-    std::thread checksums(checksum);
+    // HDF5 stays on this thread; the checksums touch only the state's memory. Where no thread can
+    // be started, they run after the skeleton, as on the other ranks.
+    std::optional<std::thread> checksums;
+    try {
+      checksums.emplace(checksum);
+    } catch (const std::system_error&) {
+    }
     error = capture_error([&] {
       // The previous save's removals finish first (and release the lock that save took).
       checkpoint_dir::wait_for_removals();
@@ -495,7 +501,11 @@ std::string save_checkpoint(const CheckpointState& state, const std::string& dir
       if (!DirectoryLock::held_here(dir)) lock = DirectoryLock::acquire(dir);
       addresses = write_skeleton(state, chunkings, total_chunks, mesh_shape, temporary);
     });
-    checksums.join();
+    if (checksums) {
+      checksums->join();
+    } else {
+      checksum();
+    }
   } else {
     checksum();
   }
