@@ -109,13 +109,20 @@ class ScratchBlocking : public Eigen::internal::level3_blocking<T, T> {
 // same kernel, blocking and order of operations as `C.noalias() += op(A) * op(B)` where that
 // takes its GEMM path (not for a vector side or a sum of sides under 20, which keep Eigen's own
 // path: see batched_gemm).
+// C's rows are ldc elements apart (ldc >= n): gemm_strided; n apart: gemm_with_scratch.
 template <class T, int OrderA, int OrderB>
-void gemm_with_scratch(const T* pa, Eigen::Index lda, const T* pb, Eigen::Index ldb, T* pc, Eigen::Index m,
-                       Eigen::Index n, Eigen::Index k) {
+void gemm_strided(const T* pa, Eigen::Index lda, const T* pb, Eigen::Index ldb, T* pc, Eigen::Index ldc,
+                  Eigen::Index m, Eigen::Index n, Eigen::Index k) {
   // A row-major result is computed as its transpose: column-major n x m = op(B)^T op(A)^T.
   ScratchBlocking<T> blocking(n, m, k);
   Eigen::internal::general_matrix_matrix_product<Eigen::Index, T, OrderA, false, T, OrderB, false, Eigen::RowMajor,
-                                                 1>::run(m, n, k, pa, lda, pb, ldb, pc, 1, n, T(1), blocking, nullptr);
+                                                 1>::run(m, n, k, pa, lda, pb, ldb, pc, 1, ldc, T(1), blocking, nullptr);
+}
+
+template <class T, int OrderA, int OrderB>
+void gemm_with_scratch(const T* pa, Eigen::Index lda, const T* pb, Eigen::Index ldb, T* pc, Eigen::Index m,
+                       Eigen::Index n, Eigen::Index k) {
+  gemm_strided<T, OrderA, OrderB>(pa, lda, pb, ldb, pc, n, m, n, k);
 }
 
 // Products with a thin side, the shapes of a layer applied to a small batch: Eigen packs the
@@ -708,6 +715,179 @@ Tensor softmax_last_grad(const Tensor& y, const Tensor& g) {
     }
   });
   return out;
+}
+
+namespace {
+
+// Causal attention's query rows go through the products in blocks of this many: a block's scores
+// are computed for the keys its last row sees, so of seq x seq scores about seq^2 / 2 +
+// seq x kAttentionRows / 2 are computed rather than seq^2.
+constexpr std::int64_t kAttentionRows = 32;
+
+// The keys query i of a block at global position q0 sees: 0 .. q0 + i, at most S.
+inline std::int64_t keys_seen(std::int64_t q0, std::int64_t i, std::int64_t S) { return std::min(S, q0 + i + 1); }
+
+// Calls f(r0, r1, w) for the query row blocks [r0, r1) of [0, Sq) and the keys w they see.
+template <class F>
+void for_query_blocks(std::int64_t Sq, std::int64_t S, std::int64_t q0, F&& f) {
+  for (std::int64_t r0 = 0; r0 < Sq; r0 += kAttentionRows) {
+    const std::int64_t r1 = std::min(Sq, r0 + kAttentionRows);
+    f(r0, r1, keys_seen(q0, r1 - 1, S));
+  }
+}
+
+struct AttentionDims {
+  std::int64_t B, Sq, S, H, D;
+  std::int64_t ld() const { return H * D; }  // the row stride of one head's [seq, D] matrix
+};
+
+AttentionDims attention_dims(const Tensor& q, const Tensor& k, const Tensor& v, std::int64_t q0, const char* what) {
+  require_float(q, what);
+  if (q.ndim() != 4 || k.ndim() != 4 || v.shape() != k.shape() || q.dtype() != k.dtype() || q.dtype() != v.dtype()) {
+    throw ShapeError(std::string(what) + ": q " + shape_to_string(q.shape()) + ", k " + shape_to_string(k.shape()) +
+                     " and v " + shape_to_string(v.shape()) + " are not [B, Sq, H, D], [B, S, H, D] of one dtype");
+  }
+  const AttentionDims d{q.shape()[0], q.shape()[1], k.shape()[1], q.shape()[2], q.shape()[3]};
+  if (k.shape()[0] != d.B || k.shape()[2] != d.H || k.shape()[3] != d.D ||
+      (d.Sq > 0 && (q0 < 0 || q0 + d.Sq > d.S))) {
+    throw ShapeError(std::string(what) + ": queries " + shape_to_string(q.shape()) + " at position " +
+                     std::to_string(q0) + " do not fit keys " + shape_to_string(k.shape()));
+  }
+  return d;
+}
+
+// One batch row and head: q, out [Sq, D] and k, v [S, D] with rows d.ld() apart, p [Sq, S];
+// shifted [S] is scratch.
+template <class T>
+void attention_forward_head(const T* q, const T* k, const T* v, T* out, T* p, T* shifted, const AttentionDims& d,
+                            std::int64_t q0, T scale) {
+  constexpr int row = Eigen::RowMajor, col = Eigen::ColMajor;
+  const std::int64_t Sq = d.Sq, S = d.S, D = d.D, ld = d.ld();
+  std::fill(p, p + Sq * S, T(0));
+  for_query_blocks(Sq, S, q0, [&](std::int64_t r0, std::int64_t r1, std::int64_t w) {
+    gemm_strided<T, row, col>(q + r0 * ld, ld, k, ld, p + r0 * S, S, r1 - r0, w, D);
+  });
+  for (std::int64_t i = 0; i < Sq; ++i) {
+    const std::int64_t width = keys_seen(q0, i, S);
+    T* r = p + i * S;
+    auto x = ArrayOut<T>(r, width);
+    auto t = ArrayOut<T>(shifted, width);
+    x *= scale;
+    t = x - x.maxCoeff();
+    x = t.exp();
+    // Below softmax_last's floor the vectorized exp clamps; those entries are 0, as there.
+    for (std::int64_t j = 0; j < width; ++j) r[j] = shifted[j] < softmax_exp_floor<T>() ? T(0) : r[j];
+    x /= x.sum();
+    std::fill(r + width, r + S, T(0));
+  }
+  for (std::int64_t i = 0; i < Sq; ++i) std::fill(out + i * ld, out + i * ld + D, T(0));
+  for_query_blocks(Sq, S, q0, [&](std::int64_t r0, std::int64_t r1, std::int64_t w) {
+    gemm_strided<T, row, row>(p + r0 * S, S, v, ld, out + r0 * ld, ld, r1 - r0, D, w);
+  });
+}
+
+// Its backward; dq [Sq, D] and dk, dv [S, D] (rows d.ld() apart) start at zero; dp [Sq, S] is
+// scratch.
+template <class T>
+void attention_backward_head(const T* q, const T* k, const T* v, const T* p, const T* dout, T* dq, T* dk, T* dv,
+                             T* dp, const AttentionDims& d, std::int64_t q0, T scale) {
+  constexpr int row = Eigen::RowMajor, col = Eigen::ColMajor;
+  const std::int64_t Sq = d.Sq, S = d.S, D = d.D, ld = d.ld();
+  const std::int64_t seen = keys_seen(q0, Sq - 1, S);  // keys any query sees
+  // dV = P^T dO over the keys seen.
+  gemm_strided<T, col, row>(p, S, dout, ld, dv, ld, seen, D, Sq);
+  // dP = dO V^T, then dS = scale P (dP - rowsum(P dP)).
+  std::fill(dp, dp + Sq * S, T(0));
+  for_query_blocks(Sq, S, q0, [&](std::int64_t r0, std::int64_t r1, std::int64_t w) {
+    gemm_strided<T, row, col>(dout + r0 * ld, ld, v, ld, dp + r0 * S, S, r1 - r0, w, D);
+  });
+  for (std::int64_t i = 0; i < Sq; ++i) {
+    const std::int64_t width = keys_seen(q0, i, S);
+    const auto pi = ArrayIn<T>(p + i * S, width);
+    auto g = ArrayOut<T>(dp + i * S, width);
+    const T dot = (pi * g).sum();
+    g = scale * (pi * (g - dot));
+    std::fill(dp + i * S + width, dp + (i + 1) * S, T(0));
+  }
+  // dQ = dS K; dK = dS^T Q.
+  for_query_blocks(Sq, S, q0, [&](std::int64_t r0, std::int64_t r1, std::int64_t w) {
+    gemm_strided<T, row, row>(dp + r0 * S, S, k, ld, dq + r0 * ld, ld, r1 - r0, D, w);
+  });
+  gemm_strided<T, col, row>(dp, S, q, ld, dk, ld, seen, D, Sq);
+}
+
+template <class T>
+void attention_forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionDims& d,
+                             std::int64_t q0, double scale, Tensor& out, Tensor& probs) {
+  std::vector<T> shifted(static_cast<std::size_t>(d.S));
+  for (std::int64_t b = 0; b < d.B; ++b) {
+    for (std::int64_t h = 0; h < d.H; ++h) {
+      const std::int64_t at_q = (b * d.Sq * d.H + h) * d.D, at_k = (b * d.S * d.H + h) * d.D;
+      attention_forward_head<T>(q.data<T>() + at_q, k.data<T>() + at_k, v.data<T>() + at_k, out.data<T>() + at_q,
+                                probs.data<T>() + (b * d.H + h) * d.Sq * d.S, shifted.data(), d, q0,
+                                static_cast<T>(scale));
+    }
+  }
+}
+
+template <class T>
+void attention_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
+                              const Tensor& dout, const AttentionDims& d, std::int64_t q0, double scale, Tensor& dq,
+                              Tensor& dk, Tensor& dv) {
+  std::vector<T> dp(static_cast<std::size_t>(d.Sq * d.S));
+  for (std::int64_t b = 0; b < d.B; ++b) {
+    for (std::int64_t h = 0; h < d.H; ++h) {
+      const std::int64_t at_q = (b * d.Sq * d.H + h) * d.D, at_k = (b * d.S * d.H + h) * d.D;
+      attention_backward_head<T>(q.data<T>() + at_q, k.data<T>() + at_k, v.data<T>() + at_k,
+                                 probs.data<T>() + (b * d.H + h) * d.Sq * d.S, dout.data<T>() + at_q,
+                                 dq.data<T>() + at_q, dk.data<T>() + at_k, dv.data<T>() + at_k, dp.data(), d, q0,
+                                 static_cast<T>(scale));
+    }
+  }
+}
+
+}  // namespace
+
+void causal_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, std::int64_t q0, double scale,
+                              Tensor& out, Tensor& probs) {
+  const AttentionDims d = attention_dims(q, k, v, q0, "causal_attention");
+  if (is_bf16(q)) {
+    Tensor out32;
+    causal_attention_forward(to_f32(q), to_f32(k), to_f32(v), q0, scale, out32, probs);
+    out = to_bf16(out32);
+    return;
+  }
+  out = Tensor::empty(q.shape(), q.dtype());
+  probs = Tensor::empty({d.B, d.H, d.Sq, d.S}, q.dtype());
+  if (d.Sq == 0) return;
+  dispatch_float(q.dtype(), [&](auto zero) {
+    attention_forward_typed<decltype(zero)>(q, k, v, d, q0, scale, out, probs);
+  });
+}
+
+void causal_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
+                               const Tensor& dout, std::int64_t q0, double scale, Tensor& dq, Tensor& dk, Tensor& dv) {
+  const AttentionDims d = attention_dims(q, k, v, q0, "causal_attention_grad");
+  if (dout.shape() != q.shape() || dout.dtype() != q.dtype() ||
+      probs.shape() != Shape{d.B, d.H, d.Sq, d.S} || probs.dtype() != (is_bf16(q) ? DType::f32 : q.dtype())) {
+    throw ShapeError("causal_attention_grad: gradient " + shape_to_string(dout.shape()) + " or probabilities " +
+                     shape_to_string(probs.shape()) + " do not fit q " + shape_to_string(q.shape()));
+  }
+  if (is_bf16(q)) {
+    Tensor dq32, dk32, dv32;
+    causal_attention_backward(to_f32(q), to_f32(k), to_f32(v), probs, to_f32(dout), q0, scale, dq32, dk32, dv32);
+    dq = to_bf16(dq32);
+    dk = to_bf16(dk32);
+    dv = to_bf16(dv32);
+    return;
+  }
+  dq = Tensor(q.shape(), q.dtype());
+  dk = Tensor(k.shape(), k.dtype());
+  dv = Tensor(v.shape(), v.dtype());
+  if (d.Sq == 0) return;
+  dispatch_float(q.dtype(), [&](auto zero) {
+    attention_backward_typed<decltype(zero)>(q, k, v, probs, dout, d, q0, scale, dq, dk, dv);
+  });
 }
 
 Tensor affine(const Tensor& x, double scale, double shift) {

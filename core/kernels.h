@@ -42,6 +42,21 @@ Tensor gelu_tanh_grad(const Tensor& x);
 Tensor softmax_last(const Tensor& x);
 // Its derivative: given the softmax y and the output gradient g, y * (g - sum(g * y)) per row.
 Tensor softmax_last_grad(const Tensor& y, const Tensor& g);
+// Causal scaled dot-product attention of one rank's block, per batch row b and head h:
+// P = softmax(scale Q K^T) over the keys each query may see, O = P V. q [B, Sq, H, D] holds the
+// queries at global positions q0 .. q0 + Sq - 1; k and v [B, S, H, D] hold every key and value
+// (q0 + Sq <= S); query i sees the keys 0 .. q0 + i. Writes out [B, Sq, H, D] and probs
+// [B, H, Sq, S] (zero where a query does not see a key), which the backward reuses. Scores are
+// computed only for the keys a block of query rows sees, read in place from the [B, S, H, D]
+// layout (no permutation). f32 or f64; bf16 operands are computed in f32 (probs f32) and out is
+// rounded once.
+void causal_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, std::int64_t q0, double scale,
+                              Tensor& out, Tensor& probs);
+// Its gradients given dout [B, Sq, H, D]: dq [B, Sq, H, D], and dk, dv [B, S, H, D], the share of
+// this block's queries (a sum over query blocks gives the whole). bf16 as above: computed in f32,
+// each result rounded once.
+void causal_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
+                               const Tensor& dout, std::int64_t q0, double scale, Tensor& dq, Tensor& dk, Tensor& dv);
 // x * scale + shift
 Tensor affine(const Tensor& x, double scale, double shift = 0.0);
 // a + scale * b, same shapes

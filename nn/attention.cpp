@@ -3,11 +3,13 @@
 #include "nn/attention.h"
 
 #include <cmath>
+#include <memory>
 #include <limits>
 #include <vector>
 
 #include "collectives/reshard.h"
 #include "core/bfloat16.h"
+#include "core/kernels.h"
 #include "core/error.h"
 #include "nn/activations.h"
 #include "nn/einsum.h"
@@ -124,33 +126,46 @@ Var causal_attention(const Var& q, const Var& k, const Var& v) {
   check_bshd("causal_attention", q.value());
   check_bshd("causal_attention", k.value());
   check_bshd("causal_attention", v.value());
-  if (q.shape() != k.shape() || q.shape() != v.shape()) {
+  if (q.shape() != k.shape() || q.shape() != v.shape() || q.dtype() != k.dtype() || q.dtype() != v.dtype()) {
     throw ShapeError("causal_attention: q " + operand_string(q.value()) + ", k " + operand_string(k.value()) + " and v " +
-                     operand_string(v.value()) + " differ in shape");
+                     operand_string(v.value()) + " differ in shape or dtype");
   }
   check_same_mesh(q.value(), k.value(), "causal_attention");
   check_same_mesh(q.value(), v.value(), "causal_attention");
-  // K and V: q's spec with the sequence whole (the all-gather of context parallelism).
-  Spec kv_spec = q.spec().without_partial();
+  // Q: its spec without partial axes and with d_head whole. K and V: Q's spec with the sequence
+  // whole too (the all-gather of context parallelism). Each reshard is a differentiable op, so
+  // the tape takes the cotangents back to the inputs' specs.
+  Spec q_spec = q.spec().padded(4).without_partial();
+  q_spec.dims[3].clear();
+  Spec kv_spec = q_spec;
   kv_spec.dims[1].clear();
-  Var kw = k.spec() == kv_spec ? k : reshard(k, kv_spec);
-  Var vw = v.spec() == kv_spec ? v : reshard(v, kv_spec);
-  const double scale_factor = 1.0 / std::sqrt(static_cast<double>(q.shape()[3]));
-  Var scores = scale(einsum("bqhd,bkhd->bhqk", q, kw), scale_factor);
-  // bf16 inputs: the softmax runs in f32 (its exponentials and row sums lose too much in bf16)
-  // and the probabilities go back to bf16 for the mixing matmul.
-  const bool low_precision = q.dtype() == DType::bf16;
-  if (low_precision) scores = cast(scores, DType::f32);
-  // -inf above the diagonal; the diagonal is always kept, so every row's max is finite.
-  Spec mask_spec(std::vector<Axes>{scores.spec().axes(2), scores.spec().axes(3)});
-  const std::int64_t seq = q.shape()[1];
-  ShardedTensor mask = ShardedTensor::from_fn(
-      q.mesh(), mask_spec, Shape{seq, seq}, scores.dtype(),
-      [seq](std::int64_t i) { return i % seq > i / seq ? -std::numeric_limits<double>::infinity() : 0.0; },
-      "causal_mask");
-  Var probabilities = softmax(add(scores, Var(mask)));
-  if (low_precision) probabilities = cast(probabilities, DType::bf16);
-  return einsum("bhqk,bkhd->bqhd", probabilities, vw);
+  const Var qw = q.spec() == q_spec ? q : reshard(q, q_spec);
+  const Var kw = k.spec() == kv_spec ? k : reshard(k, kv_spec);
+  const Var vw = v.spec() == kv_spec ? v : reshard(v, kv_spec);
+  const Mesh& mesh = q.mesh();
+  const Shape shape = q.shape();
+  // The global position of this rank's first query row.
+  const std::int64_t q0 = block_offsets(q_spec, mesh.shape(), shape, mesh.coords())[1];
+  const double scale_factor = 1.0 / std::sqrt(static_cast<double>(shape[3]));
+  Tensor out;
+  auto probs = std::make_shared<Tensor>();
+  causal_attention_forward(qw.value().local(), kw.value().local(), vw.value().local(), q0, scale_factor, out, *probs);
+  ShardedTensor y(mesh, q_spec, shape, std::move(out));
+  return make_result(
+      "causal_attention", std::move(y), {qw, kw, vw},
+      [qw, kw, vw, probs, q_spec, kv_spec, q0, scale_factor](const ShardedTensor& g, GradSink& sink) {
+        const ShardedTensor gl = to_spec(g, q_spec);
+        Tensor dq, dk, dv;
+        causal_attention_backward(qw.value().local(), kw.value().local(), vw.value().local(), *probs, gl.local(), q0,
+                                  scale_factor, dq, dk, dv);
+        const Mesh& m = g.mesh();
+        // Each rank's queries reach every key: dK and dV are sums over the axes splitting the
+        // queries' sequence, partial until the tape reshards them.
+        const Spec partial_kv(kv_spec.dims, q_spec.axes(1));
+        if (sink.wants(0)) sink.add(0, ShardedTensor(m, q_spec, g.global_shape(), std::move(dq)));
+        if (sink.wants(1)) sink.add(1, ShardedTensor(m, partial_kv, g.global_shape(), std::move(dk)));
+        if (sink.wants(2)) sink.add(2, ShardedTensor(m, partial_kv, g.global_shape(), std::move(dv)));
+      });
 }
 
 }  // namespace tessera::nn

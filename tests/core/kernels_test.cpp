@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include <map>
@@ -306,6 +307,124 @@ TEST(Kernels, ReductionsAndPermutation) {
   for (int i = 0; i < 2; ++i)
     for (int j = 0; j < 3; ++j)
       for (int k = 0; k < 4; ++k) EXPECT_EQ(p.at((k * 2 + i) * 3 + j), x.at((i * 3 + j) * 4 + k));
+}
+
+// Causal attention of a block of queries against plain loops in double: P = softmax(scale q k^T)
+// over the keys 0 .. q0 + i that query i sees, O = P V, and the gradients of sum(O * dO). The
+// sequence (77) spans several of the kernel's blocks of query rows and no vector width; the
+// blocks of queries start at 0, inside the sequence and near its end, and an empty block is
+// allowed anywhere. The dK and dV of the blocks add up to the whole sequence's.
+TEST(Kernels, CausalAttentionEqualsLoops) {
+  const std::int64_t B = 2, S = 77, H = 3, D = 5;
+  const double scale = 0.37;
+  const Tensor q_all = values({B, S, H, D}, 1), k = values({B, S, H, D}, 2), v = values({B, S, H, D}, 3);
+  const Tensor dout_all = values({B, S, H, D}, 4);
+  // The rows [q0, q0 + n) of a [B, S, H, D] tensor.
+  const auto rows = [&](const Tensor& x, std::int64_t q0, std::int64_t n) {
+    Tensor out({B, n, H, D}, x.dtype());
+    const std::size_t row = static_cast<std::size_t>(H * D) * dtype_size(x.dtype());
+    for (std::int64_t b = 0; b < B; ++b) {
+      std::memcpy(static_cast<std::byte*>(out.raw()) + (b * n) * row,
+                  static_cast<const std::byte*>(x.raw()) + (b * S + q0) * row, static_cast<std::size_t>(n) * row);
+    }
+    return out;
+  };
+  // The whole sequence's reference, in double.
+  const auto at = [&](const Tensor& x, std::int64_t b, std::int64_t s, std::int64_t h, std::int64_t d) {
+    return x.at(((b * x.shape()[1] + s) * H + h) * D + d);
+  };
+  std::vector<double> p(static_cast<std::size_t>(B * H * S * S)), out(static_cast<std::size_t>(B * S * H * D));
+  std::vector<double> dq(out.size()), dk(out.size()), dv(out.size());
+  const auto flat = [&](std::int64_t b, std::int64_t s, std::int64_t h, std::int64_t d) {
+    return static_cast<std::size_t>(((b * S + s) * H + h) * D + d);
+  };
+  for (std::int64_t b = 0; b < B; ++b) {
+    for (std::int64_t h = 0; h < H; ++h) {
+      for (std::int64_t i = 0; i < S; ++i) {
+        double* pi = &p[static_cast<std::size_t>(((b * H + h) * S + i) * S)];
+        double max = -1e300, total = 0;
+        for (std::int64_t j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (std::int64_t d = 0; d < D; ++d) dot += at(q_all, b, i, h, d) * at(k, b, j, h, d);
+          pi[j] = scale * dot;
+          max = std::max(max, pi[j]);
+        }
+        for (std::int64_t j = 0; j <= i; ++j) total += pi[j] = std::exp(pi[j] - max);
+        for (std::int64_t j = 0; j <= i; ++j) pi[j] /= total;
+        for (std::int64_t d = 0; d < D; ++d) {
+          for (std::int64_t j = 0; j <= i; ++j) out[flat(b, i, h, d)] += pi[j] * at(v, b, j, h, d);
+        }
+        // dP = dO V^T, dS = P (dP - sum(P dP)) scale; dQ = dS K, dK += dS^T Q, dV += P^T dO.
+        std::vector<double> dp(static_cast<std::size_t>(i + 1));
+        double sum = 0;
+        for (std::int64_t j = 0; j <= i; ++j) {
+          for (std::int64_t d = 0; d < D; ++d) dp[j] += at(dout_all, b, i, h, d) * at(v, b, j, h, d);
+          sum += pi[j] * dp[j];
+        }
+        for (std::int64_t j = 0; j <= i; ++j) {
+          const double ds = pi[j] * (dp[j] - sum) * scale;
+          for (std::int64_t d = 0; d < D; ++d) {
+            dq[flat(b, i, h, d)] += ds * at(k, b, j, h, d);
+            dk[flat(b, j, h, d)] += ds * at(q_all, b, i, h, d);
+            dv[flat(b, j, h, d)] += pi[j] * at(dout_all, b, i, h, d);
+          }
+        }
+      }
+    }
+  }
+  for (DType dtype : {DType::f64, DType::f32, DType::bf16}) {
+    const double tolerance = dtype == DType::f64 ? 1e-12 : dtype == DType::f32 ? 1e-5 : 0.05;
+    const Tensor kt = k.astype(dtype), vt = v.astype(dtype);
+    std::vector<double> dk_sum(out.size()), dv_sum(out.size());
+    for (const auto& [q0, n] : std::vector<std::pair<std::int64_t, std::int64_t>>{{0, 33}, {33, 0}, {33, 40}, {73, 4}}) {
+      const std::string label = std::string(dtype_name(dtype)) + " queries " + std::to_string(q0) + " + " + std::to_string(n);
+      const Tensor q = rows(q_all, q0, n).astype(dtype), dout = rows(dout_all, q0, n).astype(dtype);
+      Tensor o, probs, gq, gk, gv;
+      causal_attention_forward(q, kt, vt, q0, scale, o, probs);
+      ASSERT_EQ(o.shape(), q.shape()) << label;
+      ASSERT_EQ(o.dtype(), dtype) << label;
+      ASSERT_EQ(probs.shape(), (Shape{B, H, n, S})) << label;
+      ASSERT_EQ(probs.dtype(), dtype == DType::f64 ? DType::f64 : DType::f32) << label;
+      causal_attention_backward(q, kt, vt, probs, dout, q0, scale, gq, gk, gv);
+      ASSERT_EQ(gq.dtype(), dtype) << label;
+      ASSERT_EQ(gk.shape(), k.shape()) << label;
+      for (std::int64_t b = 0; b < B; ++b) {
+        for (std::int64_t h = 0; h < H; ++h) {
+          for (std::int64_t i = 0; i < n; ++i) {
+            for (std::int64_t j = 0; j < S; ++j) {
+              const double want = p[static_cast<std::size_t>(((b * H + h) * S + q0 + i) * S + j)];
+              const double got = probs.at(((b * H + h) * n + i) * S + j);
+              if (j > q0 + i) {
+                ASSERT_EQ(got, 0.0) << label << " a key after the query";
+              } else {
+                ASSERT_NEAR(got, want, tolerance) << label;
+              }
+            }
+            for (std::int64_t d = 0; d < D; ++d) {
+              const std::int64_t local = ((b * n + i) * H + h) * D + d;
+              ASSERT_NEAR(o.at(local), out[flat(b, q0 + i, h, d)], tolerance) << label;
+              ASSERT_NEAR(gq.at(local), dq[flat(b, q0 + i, h, d)], tolerance) << label;
+            }
+          }
+        }
+      }
+      for (std::size_t e = 0; e < out.size(); ++e) {
+        dk_sum[e] += gk.at(static_cast<std::int64_t>(e));
+        dv_sum[e] += gv.at(static_cast<std::int64_t>(e));
+      }
+    }
+    for (std::size_t e = 0; e < out.size(); ++e) {
+      ASSERT_NEAR(dk_sum[e], dk[e], 4 * tolerance) << dtype_name(dtype) << " dK element " << e;
+      ASSERT_NEAR(dv_sum[e], dv[e], 4 * tolerance) << dtype_name(dtype) << " dV element " << e;
+    }
+  }
+  Tensor o, probs;
+  try {
+    causal_attention_forward(values({1, 8, 2, 4}, 1), values({1, 8, 2, 4}, 2), values({1, 8, 2, 4}, 3), 1, 1.0, o, probs);
+    FAIL();
+  } catch (const ShapeError& e) {
+    EXPECT_STREQ(e.what(), "causal_attention: queries [1, 8, 2, 4] at position 1 do not fit keys [1, 8, 2, 4]");
+  }
 }
 
 }  // namespace
