@@ -8,12 +8,18 @@
 //              whole, the rest of their spec made q's), so that every rank scores its query rows
 //              against all keys; the result keeps q's spec, exact. Backward: the cotangents of K
 //              and V come back partial over S and are reduce-scattered to their specs by the tape.
-//              A d_head split over axes D gives partial scores, all-reduced over D before the
-//              softmax (avoid it: keep d_head unsplit).
+//              A d_head split over axes D is gathered first (q, k and v), and partial inputs are
+//              reduced first: the op itself needs whole rows of d_head and no partial sums.
+//
+// The attention is one op (core/kernels.h, causal_attention_forward and _backward): per batch
+// row and head, the scores of each block of query rows against the keys it sees, the masked
+// softmax and the mix with V, read in place from the [batch, seq, heads, d_head] layout; the
+// backward reuses the probabilities the forward kept ([batch, heads, seq_q, seq] per rank).
 //
 // f32, f64 or bf16. With bf16 (mixed precision) the rotation is computed in double and rounded
-// once, and the attention's softmax runs in f32: the scores are cast up, the probabilities cast
-// back to bf16 for the mixing matmul, so K, V and their collectives stay bf16.
+// once, and the attention runs in f32 (q, k and v widened on each rank, the scores, softmax and
+// mix in f32, the output and the gradients rounded once), so K, V and their collectives stay
+// bf16.
 #pragma once
 
 #include "nn/var.h"
