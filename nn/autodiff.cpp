@@ -113,6 +113,16 @@ class Accumulator : public GradSink {
   const std::unordered_set<Node*>& keep_raw_;
 };
 
+// A requested variable's cotangent as gradients() hands it back: in its spec without partial
+// axes, or as accumulated where the caller keeps it raw. A reshard's result asked for by the
+// caller had its cotangent kept as it arrived, and is resharded here.
+ShardedTensor returned_cotangent(const Node& node, ShardedTensor g, const std::unordered_set<Node*>& keep_raw) {
+  if (node.passes_cotangent && !keep_raw.count(const_cast<Node*>(&node)) && !(g.spec() == cotangent_spec(node.value))) {
+    return reshard(std::move(g), cotangent_spec(node.value));
+  }
+  return g;
+}
+
 }  // namespace
 
 std::vector<std::optional<ShardedTensor>> gradients(const Var& y, const ShardedTensor& seed, const std::vector<Var>& wrt,
@@ -148,10 +158,27 @@ std::vector<std::optional<ShardedTensor>> gradients(const Var& y, const ShardedT
   }
   std::unordered_map<Node*, std::optional<ShardedTensor>> grads;
   accumulate(grads[y.node().get()], seed, keep_raw.count(y.node().get()) ? seed.spec() : cotangent_spec(y.value()));
+  // With GradOptions::ready: the requested variables' positions in wrt.
+  std::unordered_map<Node*, std::size_t> ready_index;
+  if (options.ready) {
+    for (std::size_t i = wrt.size(); i-- > 0;) ready_index[wrt[i].node().get()] = i;
+  }
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node* node = *it;
     auto found = grads.find(node);
-    if (found == grads.end() || !found->second || !node->backward) continue;
+    if (found == grads.end() || !found->second) continue;
+    if (const auto at = ready_index.find(node); at != ready_index.end()) {
+      // Every op that takes this node as an input is behind us: its cotangent is final.
+      ShardedTensor g = std::move(*found->second);
+      grads.erase(found);
+      if (node->backward) {
+        Accumulator sink(grads, *node, keep_raw);
+        node->backward(g, sink);
+      }
+      options.ready(at->second, returned_cotangent(*node, std::move(g), keep_raw));
+      continue;
+    }
+    if (!node->backward) continue;
     ShardedTensor g = std::move(*found->second);
     bool requested = std::any_of(wrt.begin(), wrt.end(), [&](const Var& v) { return v.node().get() == node; });
     if (requested) found->second = g;  // keep a copy for the caller
@@ -163,11 +190,7 @@ std::vector<std::optional<ShardedTensor>> gradients(const Var& y, const ShardedT
     Node* node = wrt[i].node().get();
     auto found = grads.find(node);
     if (found == grads.end() || !found->second) continue;
-    out[i] = std::move(*found->second);
-    // A reshard's result asked for by the caller: its cotangent was kept as it arrived.
-    if (node->passes_cotangent && !keep_raw.count(node) && !(out[i]->spec() == cotangent_spec(node->value))) {
-      out[i] = reshard(std::move(*out[i]), cotangent_spec(node->value));
-    }
+    out[i] = returned_cotangent(*node, std::move(*found->second), keep_raw);
   }
   return out;
 }

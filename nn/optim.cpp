@@ -52,38 +52,41 @@ OptState Optimizer::init(const ParamTree& params) const {
   return s;
 }
 
-void Optimizer::update(ParamTree& params, const ParamTree& grads, OptState& state) const {
-  state.count += 1;
+void Optimizer::begin_step(OptState& state) const { state.count += 1; }
+
+void Optimizer::update_param(const std::string& path, ShardedTensor& p, const ShardedTensor& g,
+                             OptState& state) const {
+  check_grad(path, p, g);
   const double t = state.count;
+  const std::int64_t n = p.local().numel();
   // Named references, not a structured binding: the dispatch lambda below captures them, which
   // clang before 16 refuses for bindings (the fuzz build compiles with clang 14).
-  for (auto& entry : params) {
-    const std::string& path = entry.first;
-    ShardedTensor& p = entry.second;
-    auto git = grads.find(path);
-    if (git == grads.end()) throw Error("optimizer: no gradient for parameter '" + path + "'");
-    const ShardedTensor& g = git->second;
-    check_grad(path, p, g);
-    const std::int64_t n = p.local().numel();
-    dispatch_dtype(p.dtype(), [&](auto zero) {
-      using T = decltype(zero);
-      if constexpr (std::is_floating_point_v<T>) {
-        if (kind == Kind::sgd) {
-          T* trace = momentum != 0.0 ? state.mu.at(path).local().template data<T>() : nullptr;
-          sgd_block<T>(p.local().template data<T>(), g.local().template data<T>(), trace, n, T(learning_rate),
-                       T(momentum), nesterov);
-        } else {
-          const T c1 = T(1.0 / (1.0 - std::pow(b1, t)));
-          const T c2 = T(1.0 / (1.0 - std::pow(b2, t)));
-          adam_block<T>(p.local().template data<T>(), g.local().template data<T>(),
-                        state.mu.at(path).local().template data<T>(), state.nu.at(path).local().template data<T>(), n,
-                        T(b1), T(b2), T(eps), T(learning_rate), c1, c2,
-                        T(kind == Kind::adamw ? weight_decay : 0.0));
-        }
+  dispatch_dtype(p.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    if constexpr (std::is_floating_point_v<T>) {
+      if (kind == Kind::sgd) {
+        T* trace = momentum != 0.0 ? state.mu.at(path).local().template data<T>() : nullptr;
+        sgd_block<T>(p.local().template data<T>(), g.local().template data<T>(), trace, n, T(learning_rate),
+                     T(momentum), nesterov);
       } else {
-        throw Error("optimizer: parameter '" + path + "' is not floating point");
+        const T c1 = T(1.0 / (1.0 - std::pow(b1, t)));
+        const T c2 = T(1.0 / (1.0 - std::pow(b2, t)));
+        adam_block<T>(p.local().template data<T>(), g.local().template data<T>(),
+                      state.mu.at(path).local().template data<T>(), state.nu.at(path).local().template data<T>(), n,
+                      T(b1), T(b2), T(eps), T(learning_rate), c1, c2, T(kind == Kind::adamw ? weight_decay : 0.0));
       }
-    });
+    } else {
+      throw Error("optimizer: parameter '" + path + "' is not floating point");
+    }
+  });
+}
+
+void Optimizer::update(ParamTree& params, const ParamTree& grads, OptState& state) const {
+  begin_step(state);
+  for (auto& entry : params) {
+    auto git = grads.find(entry.first);
+    if (git == grads.end()) throw Error("optimizer: no gradient for parameter '" + entry.first + "'");
+    update_param(entry.first, entry.second, git->second, state);
   }
 }
 

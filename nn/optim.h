@@ -31,8 +31,15 @@ struct Optimizer {
   bool nesterov = false;      // sgd
 
   OptState init(const ParamTree& params) const;
-  // params and state updated in place from grads (each grad in its parameter's spec).
+  // params and state updated in place from grads (each grad in its parameter's spec):
+  // begin_step, then update_param for every parameter.
   void update(ParamTree& params, const ParamTree& grads, OptState& state) const;
+  // The step's start: counts it (Adam's bias corrections use the count).
+  void begin_step(OptState& state) const;
+  // One parameter's update in this step, from its gradient in the parameter's spec: what update
+  // does for `path`, so that a train step can update each parameter as soon as its gradient is
+  // final (nn::train_step) and get the same bits.
+  void update_param(const std::string& path, ShardedTensor& p, const ShardedTensor& g, OptState& state) const;
   std::string to_string() const;
 };
 

@@ -1,5 +1,6 @@
 // The train step: forward and backward per microbatch, gradients accumulated unreduced (possibly
-// partial) and resharded once to each parameter's spec, then the optimizer's local update.
+// partial) and resharded once to each parameter's spec, and the optimizer's local update of each
+// parameter as soon as the last microbatch's backward pass has finished its gradient.
 #include "nn/train.h"
 
 #include <chrono>
@@ -55,8 +56,12 @@ class LentParams {
   VarTree vars_;
 };
 
+// Takes each parameter's gradient, in its parameter's spec, as soon as it is final: the parameter
+// as the tape holds it (updated in place by train_step) and its path.
+using ApplyGradient = std::function<void(const std::string& path, ShardedTensor& param, const ShardedTensor& grad)>;
+
 LossAndGrads value_and_grad_lent(ParamTree& params, const LossFn& loss_fn, const Batch& batch,
-                                 const StepOptions& options);
+                                 const StepOptions& options, const ApplyGradient& apply = {});
 
 }  // namespace
 
@@ -68,45 +73,68 @@ LossAndGrads value_and_grad(const ParamTree& params, const LossFn& loss_fn, cons
 
 namespace {
 
+// With `apply` the gradients are not returned: each goes to `apply` during the last microbatch's
+// backward pass, when the tape reaches its parameter (GradOptions::ready), then those the
+// backward never reached (zeros), in the parameters' order. Either way each gradient is the sum
+// of the microbatches' in their order, resharded once and scaled, the same bits.
 LossAndGrads value_and_grad_lent(ParamTree& params, const LossFn& loss_fn, const Batch& batch,
-                                 const StepOptions& options) {
+                                 const StepOptions& options, const ApplyGradient& apply) {
   const int k = options.microbatches;
   if (k < 1) throw UsageError("microbatches must be >= 1, got " + std::to_string(k));
   LentParams lent(params, true);
   const VarTree& vars = lent.vars();
   std::vector<Var> leaves;
-  for (const auto& [path, v] : vars) leaves.push_back(v);
+  std::vector<const std::string*> paths;
+  for (const auto& [path, v] : vars) {
+    leaves.push_back(v);
+    paths.push_back(&path);
+  }
   std::vector<std::optional<ShardedTensor>> accumulated(leaves.size());
+  const auto accumulate = [&](std::size_t j, ShardedTensor g) {
+    if (!accumulated[j]) {
+      accumulated[j] = std::move(g);
+    } else {
+      if (!(g.spec() == accumulated[j]->spec())) g = reshard(g, accumulated[j]->spec());
+      add_inplace(accumulated[j]->local(), g.local());
+    }
+  };
+  const double weight = options.reduction == StepOptions::Reduction::mean ? 1.0 / k : 1.0;
+  // Parameter j's gradient in its spec, from what the microbatches accumulated.
+  const auto finished = [&](std::size_t j) {
+    const ShardedTensor& p = leaves[j].value();
+    ShardedTensor g = accumulated[j] ? std::move(*accumulated[j])
+                                     : ShardedTensor::zeros(p.mesh(), p.spec(), p.global_shape(), p.dtype());
+    accumulated[j].reset();
+    // The one reduction of each gradient: partial contributions resolved by reshard.
+    if (!(g.spec() == p.spec())) g = reshard(std::move(g), p.spec());
+    if (weight != 1.0) g.local() = affine(g.local(), weight);
+    g.set_name(*paths[j]);
+    return g;
+  };
+  std::vector<bool> applied(leaves.size(), false);
   std::optional<ShardedTensor> loss_sum;
   for (int i = 0; i < k; ++i) {
     Batch mb{microbatch(batch.x, i, k), batch.y ? std::optional(microbatch(*batch.y, i, k)) : std::nullopt};
     Var loss = loss_fn(vars, mb);
-    auto grads = gradients(loss, leaves, GradOptions{false, {}});
+    GradOptions grad_options{false, {}, {}};
+    if (apply && i == k - 1) {
+      grad_options.ready = [&](std::size_t j, ShardedTensor g) {
+        accumulate(j, std::move(g));
+        apply(*paths[j], leaves[j].node()->value, finished(j));
+        applied[j] = true;
+      };
+    }
+    auto grads = gradients(loss, leaves, grad_options);
     for (std::size_t j = 0; j < leaves.size(); ++j) {
-      if (!grads[j]) continue;
-      if (!accumulated[j]) {
-        accumulated[j] = std::move(grads[j]);
-      } else {
-        if (!(grads[j]->spec() == accumulated[j]->spec())) grads[j] = reshard(*grads[j], accumulated[j]->spec());
-        add_inplace(accumulated[j]->local(), grads[j]->local());
-      }
+      if (grads[j]) accumulate(j, std::move(*grads[j]));
     }
     if (!loss_sum) loss_sum = loss.value();
     else add_inplace(loss_sum->local(), loss.value().local());
   }
-  const double weight = options.reduction == StepOptions::Reduction::mean ? 1.0 / k : 1.0;
   LossAndGrads out;
-  std::size_t j = 0;
-  for (const auto& [path, var] : vars) {
-    const ShardedTensor& p = var.value();
-    ShardedTensor g = accumulated[j] ? std::move(*accumulated[j])
-                                     : ShardedTensor::zeros(p.mesh(), p.spec(), p.global_shape(), p.dtype());
-    // The one reduction of each gradient: partial contributions resolved by reshard.
-    if (!(g.spec() == p.spec())) g = reshard(std::move(g), p.spec());
-    if (weight != 1.0) g.local() = affine(g.local(), weight);
-    g.set_name(path);
-    out.grads.emplace(path, std::move(g));
-    ++j;
+  for (std::size_t j = 0; j < leaves.size(); ++j) {
+    if (!apply) out.grads.emplace(*paths[j], finished(j));
+    else if (!applied[j]) apply(*paths[j], leaves[j].node()->value, finished(j));
   }
   out.loss = scalar_value(*loss_sum) * weight;
   return out;
@@ -121,17 +149,27 @@ ShardedTensor infer_step(ParamTree& params, const ApplyFn& apply, const ShardedT
 
 double train_step(TrainState& state, const Optimizer& optimizer, const LossFn& loss_fn, const Batch& batch,
                   const StepOptions& options) {
-  LossAndGrads lg = value_and_grad_lent(state.params, loss_fn, batch, options);
-  const auto start = std::chrono::steady_clock::now();
-  const double comm_before = CommStats::global().seconds();
-  optimizer.update(state.params, lg.grads, state.opt_state);
+  // Each parameter is updated as soon as its gradient is final, while the backward pass goes on
+  // to the layers before it: the gradient is still in cache, and it is freed at once.
+  double optimizer_seconds = 0, optimizer_comm_seconds = 0;
+  bool begun = false;
+  const ApplyGradient apply = [&](const std::string& path, ShardedTensor& param, const ShardedTensor& grad) {
+    const auto start = std::chrono::steady_clock::now();
+    const double comm_before = CommStats::global().seconds();
+    if (!begun) optimizer.begin_step(state.opt_state);
+    begun = true;
+    optimizer.update_param(path, param, grad, state.opt_state);
+    optimizer_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    optimizer_comm_seconds += CommStats::global().seconds() - comm_before;
+  };
+  const double loss = value_and_grad_lent(state.params, loss_fn, batch, options, apply).loss;
+  if (!begun) optimizer.begin_step(state.opt_state);  // a model without parameters
   if (options.times != nullptr) {
-    options.times->optimizer_seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    options.times->optimizer_comm_seconds = CommStats::global().seconds() - comm_before;
+    options.times->optimizer_seconds = optimizer_seconds;
+    options.times->optimizer_comm_seconds = optimizer_comm_seconds;
   }
   state.step += 1;
-  return lg.loss;
+  return loss;
 }
 
 }  // namespace tessera::nn

@@ -100,6 +100,12 @@ struct GradOptions {
   // When not empty (one entry per variable of `wrt`): whether each variable's cotangent is kept
   // raw, overriding reduce_to_spec per variable (remat passes its outer tape's choice through).
   std::vector<bool> keep_raw;
+  // When set, each variable's cotangent is handed to it (with the variable's index in `wrt`) as
+  // soon as it is final: when the backward pass reaches the variable, after every op that takes
+  // it as an input. gradients() then returns nullopt for the variables handed over. In the order
+  // of the tape, the same on every rank, so `ready` may run collectives (nn::train_step reduces
+  // and applies each parameter's gradient there, while the rest of the backward is still to come).
+  std::function<void(std::size_t index, ShardedTensor grad)> ready;
 };
 
 // Cotangents of `wrt` for the output `y` seeded with `seed` (same shape as y). Entries are

@@ -1,8 +1,11 @@
-// Optimizers against optax's update rules written out by hand, over several steps, and the
-// inference step (lends the parameters, leaves them unchanged).
+// Optimizers against optax's update rules written out by hand, over several steps; the train
+// step's update of each parameter during the backward pass (GradOptions::ready) against the
+// update after it; and the inference step (lends the parameters, leaves them unchanged).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "models/mlp.h"
 #include "nn/optim.h"
@@ -115,6 +118,92 @@ TEST(InferStep, ForwardWithoutTapeLeavesParametersUnchanged) {
   Var z = mlp.apply(ParamView(as_vars(before, true)), ApplyContext{}, Var(x));
   EXPECT_TRUE(y.to_global().bit_equal(z.value().to_global()));
   for (const auto& [path, p] : before) EXPECT_TRUE(params.at(path).local().bit_equal(p.local())) << path;
+}
+
+// GradOptions::ready: each requested variable's cotangent handed over once, when the backward
+// pass reaches it, with the value gradients() returns without it; a requested variable that is
+// not a leaf still passes its cotangent on; a variable the output does not depend on is not
+// handed over. z = a * b is read by both terms, so it is final only after both.
+TEST(Gradients, ReadyHandsEachCotangentOverOnceItIsFinal) {
+  Mesh mesh = self_mesh();
+  const auto leaf = [&](double first) {
+    return Var(ShardedTensor::from_fn(mesh, Spec(), {3}, DType::f64, [first](std::int64_t i) { return first + i; }), true);
+  };
+  const Var a = leaf(1), b = leaf(-2), c = leaf(0.5), unused = leaf(7);
+  const Var z = mul(a, b);
+  const Var y = sum(add(mul(z, c), mul(z, z)));
+  const std::vector<Var> wrt = {a, b, c, unused, z};
+  const auto plain = gradients(y, wrt);
+  std::vector<int> order;
+  std::vector<std::optional<ShardedTensor>> handed(wrt.size());
+  GradOptions options;
+  options.ready = [&](std::size_t i, ShardedTensor g) {
+    order.push_back(static_cast<int>(i));
+    EXPECT_FALSE(handed[i].has_value()) << "variable " << i << " handed over twice";
+    handed[i] = std::move(g);
+  };
+  const auto returned = gradients(y, wrt, options);
+  // z first (a and b read it), then its inputs; c whenever its one reader is done.
+  ASSERT_EQ(order.size(), 4u);
+  EXPECT_LT(std::find(order.begin(), order.end(), 4) - order.begin(), std::find(order.begin(), order.end(), 0) - order.begin());
+  EXPECT_LT(std::find(order.begin(), order.end(), 4) - order.begin(), std::find(order.begin(), order.end(), 1) - order.begin());
+  for (std::size_t i = 0; i < wrt.size(); ++i) {
+    EXPECT_FALSE(returned[i].has_value()) << "variable " << i;
+    ASSERT_EQ(handed[i].has_value(), plain[i].has_value()) << "variable " << i;
+    if (plain[i]) EXPECT_TRUE(handed[i]->local().bit_equal(plain[i]->local())) << "variable " << i;
+  }
+  EXPECT_FALSE(plain[3].has_value());
+}
+
+// train_step updates each parameter during the backward pass, as soon as its gradient is final
+// (the tape's GradOptions::ready): the same bits as value_and_grad followed by Optimizer::update,
+// step after step, with one microbatch and with two, for a parameter the loss never reaches (its
+// gradient zeros; AdamW's decay still moves it), and on a mesh that splits the weights and one
+// that replicates them (whose gradients are all-reduced during the backward).
+TEST(TrainStep, UpdatesDuringTheBackwardWithTheBitsOfUpdateAfterIt) {
+  const int n = testing_support::world_size();
+  for (const MeshShape& shape : {MeshShape({"data", "model"}, {1, n}), MeshShape({"data", "model"}, {n, 1})}) {
+    Mesh mesh = Mesh::world(shape);
+    for (const bool scan : {false, true}) {
+      for (const int microbatches : {1, 2}) {
+        const std::string label = shape.to_string() + (scan ? " scan" : " loop") + " microbatches " +
+                                  std::to_string(microbatches);
+        MLP mlp{3, 16, scan, false};
+        ParamTree params = init_params(abstract_init(mlp, mesh.shape(), tutorial_rules(), {4 * n, 8}), mesh, 3);
+        params.emplace("unused", ShardedTensor::from_fn(
+                                     mesh, Spec(), {5}, DType::f32, [](std::int64_t i) { return 1.0 + i; }, "unused"));
+        const Optimizer opt = adamw(1e-2, 0.1);
+        TrainState fused = create_train_state(params, opt);
+        TrainState after = create_train_state(params, opt);
+        const LossFn loss_fn = [&](const VarTree& p, const Batch& batch) {
+          return sum(mul(mlp.apply(ParamView(p), ApplyContext{tutorial_rules()}, Var(batch.x)),
+                         mlp.apply(ParamView(p), ApplyContext{tutorial_rules()}, Var(batch.x))));
+        };
+        StepOptions options;
+        options.microbatches = microbatches;
+        for (int step = 0; step < 3; ++step) {
+          const Batch batch{ShardedTensor::from_fn(
+              mesh, parse_spec("P(data, None)"), {4 * n, 8}, DType::f32,
+              [step](std::int64_t i) { return 0.1 * ((i * 7 + step) % 11) - 0.5; }, "x")};
+          const double loss = train_step(fused, opt, loss_fn, batch, options);
+          LossAndGrads lg = value_and_grad(after.params, loss_fn, batch, options);
+          opt.update(after.params, lg.grads, after.opt_state);
+          EXPECT_EQ(loss, lg.loss) << label << " step " << step;
+        }
+        EXPECT_EQ(fused.step, 3) << label;
+        EXPECT_EQ(fused.opt_state.count, after.opt_state.count) << label;
+        for (const auto* tree : {&fused.params, &fused.opt_state.mu, &fused.opt_state.nu}) {
+          const ParamTree& want = tree == &fused.params ? after.params
+                                  : tree == &fused.opt_state.mu ? after.opt_state.mu : after.opt_state.nu;
+          ASSERT_EQ(tree->size(), want.size()) << label;
+          for (const auto& [path, value] : *tree) {
+            EXPECT_TRUE(value.local().bit_equal(want.at(path).local())) << label << " " << path;
+          }
+        }
+        EXPECT_FALSE(fused.params.at("unused").local().bit_equal(params.at("unused").local())) << label;
+      }
+    }
+  }
 }
 
 }  // namespace
