@@ -937,6 +937,77 @@ void causal_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v
   });
 }
 
+namespace {
+
+// rows x d of x, after checking w is [d] of x's dtype.
+std::pair<std::int64_t, std::int64_t> rmsnorm_dims(const Tensor& x, const Tensor& w, const char* what) {
+  require_float(x, what);
+  if (x.ndim() < 1 || w.ndim() != 1 || w.shape()[0] != x.shape().back() || w.dtype() != x.dtype()) {
+    throw ShapeError(std::string(what) + ": weight " + shape_to_string(w.shape()) + " " +
+                     std::string(dtype_name(w.dtype())) + " does not fit the last dimension of " +
+                     shape_to_string(x.shape()) + " " + std::string(dtype_name(x.dtype())));
+  }
+  const std::int64_t d = x.shape().back();
+  return {d == 0 ? 0 : x.numel() / d, d};
+}
+
+Shape rows_shape(const Tensor& x) { return Shape(x.shape().begin(), x.shape().end() - 1); }
+
+}  // namespace
+
+void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& r) {
+  const auto [rows, d] = rmsnorm_dims(x, w, "rmsnorm");
+  if (is_bf16(x)) {
+    Tensor y32;
+    rmsnorm_forward(to_f32(x), to_f32(w), eps, y32, r);
+    y = to_bf16(y32);
+    return;
+  }
+  y = Tensor::empty(x.shape(), x.dtype());
+  r = Tensor::empty(rows_shape(x), x.dtype());
+  dispatch_float(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const auto weight = ArrayIn<T>(w.data<T>(), d);
+    for (std::int64_t i = 0; i < rows; ++i) {
+      const auto in = ArrayIn<T>(x.data<T>() + i * d, d);
+      const T inv = T(1) / std::sqrt(in.square().sum() / static_cast<T>(d) + static_cast<T>(eps));
+      r.data<T>()[i] = inv;
+      ArrayOut<T>(y.data<T>() + i * d, d) = in * inv * weight;
+    }
+  });
+}
+
+void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& r, const Tensor& dy, Tensor& dx, Tensor& dw) {
+  const auto [rows, d] = rmsnorm_dims(x, w, "rmsnorm_grad");
+  if (dy.shape() != x.shape() || dy.dtype() != x.dtype() || r.shape() != rows_shape(x) ||
+      r.dtype() != (is_bf16(x) ? DType::f32 : x.dtype())) {
+    throw ShapeError("rmsnorm_grad: gradient " + shape_to_string(dy.shape()) + " or statistics " +
+                     shape_to_string(r.shape()) + " do not fit " + shape_to_string(x.shape()));
+  }
+  if (is_bf16(x)) {
+    Tensor dx32, dw32;
+    rmsnorm_backward(to_f32(x), to_f32(w), r, to_f32(dy), dx32, dw32);
+    dx = to_bf16(dx32);
+    dw = to_bf16(dw32);
+    return;
+  }
+  dx = Tensor::empty(x.shape(), x.dtype());
+  dw = Tensor({d}, x.dtype());
+  dispatch_float(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const auto weight = ArrayIn<T>(w.data<T>(), d);
+    auto weight_grad = ArrayOut<T>(dw.data<T>(), d);
+    for (std::int64_t i = 0; i < rows; ++i) {
+      const auto in = ArrayIn<T>(x.data<T>() + i * d, d);
+      const auto g = ArrayIn<T>(dy.data<T>() + i * d, d);
+      const T inv = r.data<T>()[i];
+      const T mean_gwx = (g * weight * in).sum() / static_cast<T>(d);
+      ArrayOut<T>(dx.data<T>() + i * d, d) = inv * (g * weight - in * (inv * inv * mean_gwx));
+      weight_grad += g * in * inv;
+    }
+  });
+}
+
 Tensor affine(const Tensor& x, double scale, double shift) {
   require_float(x, "affine");
   if (is_bf16(x)) return to_bf16(affine(to_f32(x), scale, shift));

@@ -57,6 +57,13 @@ void causal_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
 // each result rounded once.
 void causal_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
                                const Tensor& dout, std::int64_t q0, double scale, Tensor& dq, Tensor& dk, Tensor& dv);
+// RMSNorm over the last dimension d: y = x r w with r = 1 / sqrt(mean(x^2) + eps) per row, w [d].
+// Writes y (x's shape and dtype) and r (one per row: x's shape without its last dimension).
+// f32 or f64; bf16 x and w are computed in f32 (r f32) and y is rounded once.
+void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& r);
+// Its gradients given dy: dx = r (dy w - x r^2 mean(dy w x)) per row, and dw = the sum over the
+// rows of dy x r (this block's rows: a sum over blocks gives the whole).
+void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& r, const Tensor& dy, Tensor& dx, Tensor& dw);
 // x * scale + shift
 Tensor affine(const Tensor& x, double scale, double shift = 0.0);
 // a + scale * b, same shapes

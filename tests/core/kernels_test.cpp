@@ -427,5 +427,51 @@ TEST(Kernels, CausalAttentionEqualsLoops) {
   }
 }
 
+// RMSNorm against loops in double: y = x r w, r = 1 / sqrt(mean(x^2) + eps), and the gradients of
+// sum(y * dy); rows of 37 features (no vector width), one of them all zeros (r = 1 / sqrt(eps)).
+TEST(Kernels, RmsnormEqualsLoops) {
+  const std::int64_t rows = 6, d = 37;
+  const double eps = 1e-3;
+  Tensor x64 = values({2, 3, d}, 5);
+  for (std::int64_t j = 0; j < d; ++j) x64.data<double>()[4 * d + j] = 0.0;
+  const Tensor w64 = values({d}, 6), dy64 = values({2, 3, d}, 7);
+  for (DType dtype : {DType::f64, DType::f32, DType::bf16}) {
+    const double tolerance = dtype == DType::f64 ? 1e-12 : dtype == DType::f32 ? 1e-4 : 0.05;
+    const Tensor x = x64.astype(dtype), w = w64.astype(dtype), dy = dy64.astype(dtype);
+    Tensor y, r, dx, dw;
+    rmsnorm_forward(x, w, eps, y, r);
+    rmsnorm_backward(x, w, r, dy, dx, dw);
+    ASSERT_EQ(y.dtype(), dtype);
+    ASSERT_EQ(r.shape(), (Shape{2, 3}));
+    ASSERT_EQ(dx.dtype(), dtype);
+    ASSERT_EQ(dw.shape(), (Shape{d}));
+    std::vector<double> want_dw(d, 0.0);
+    for (std::int64_t i = 0; i < rows; ++i) {
+      double squares = 0, gwx = 0;
+      for (std::int64_t j = 0; j < d; ++j) {
+        squares += x.at(i * d + j) * x.at(i * d + j);
+        gwx += dy.at(i * d + j) * w.at(j) * x.at(i * d + j);
+      }
+      const double inv = 1.0 / std::sqrt(squares / d + eps);
+      EXPECT_NEAR(r.at(i), inv, tolerance * inv) << dtype_name(dtype) << " row " << i;
+      for (std::int64_t j = 0; j < d; ++j) {
+        const double xi = x.at(i * d + j), g = dy.at(i * d + j);
+        EXPECT_NEAR(y.at(i * d + j), xi * inv * w.at(j), tolerance) << dtype_name(dtype) << " row " << i;
+        EXPECT_NEAR(dx.at(i * d + j), inv * (g * w.at(j) - xi * inv * inv * gwx / d), tolerance)
+            << dtype_name(dtype) << " row " << i << " feature " << j;
+        want_dw[j] += g * xi * inv;
+      }
+    }
+    for (std::int64_t j = 0; j < d; ++j) EXPECT_NEAR(dw.at(j), want_dw[j], 4 * tolerance) << dtype_name(dtype);
+  }
+  Tensor y, r;
+  try {
+    rmsnorm_forward(values({2, 4}, 1, DType::f32), values({3}, 2, DType::f32), eps, y, r);
+    FAIL();
+  } catch (const ShapeError& e) {
+    EXPECT_STREQ(e.what(), "rmsnorm: weight [3] f32 does not fit the last dimension of [2, 4] f32");
+  }
+}
+
 }  // namespace
 }  // namespace tessera
