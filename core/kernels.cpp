@@ -956,7 +956,10 @@ Shape rows_shape(const Tensor& x) { return Shape(x.shape().begin(), x.shape().en
 }  // namespace
 
 void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, Tensor& y, Tensor& r) {
-  const auto [rows, d] = rmsnorm_dims(x, w, "rmsnorm");
+  // Plain variables, not a structured binding: clang before 16 does not let the dtype lambda
+  // capture one (the fuzz build compiles with clang 14).
+  const std::pair<std::int64_t, std::int64_t> dims = rmsnorm_dims(x, w, "rmsnorm");
+  const std::int64_t rows = dims.first, d = dims.second;
   if (is_bf16(x)) {
     Tensor y32;
     rmsnorm_forward(to_f32(x), to_f32(w), eps, y32, r);
@@ -978,7 +981,8 @@ void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, Tensor& y, Te
 }
 
 void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& r, const Tensor& dy, Tensor& dx, Tensor& dw) {
-  const auto [rows, d] = rmsnorm_dims(x, w, "rmsnorm_grad");
+  const std::pair<std::int64_t, std::int64_t> dims = rmsnorm_dims(x, w, "rmsnorm_grad");
+  const std::int64_t rows = dims.first, d = dims.second;
   if (dy.shape() != x.shape() || dy.dtype() != x.dtype() || r.shape() != rows_shape(x) ||
       r.dtype() != (is_bf16(x) ? DType::f32 : x.dtype())) {
     throw ShapeError("rmsnorm_grad: gradient " + shape_to_string(dy.shape()) + " or statistics " +
