@@ -6,9 +6,13 @@
 #include "core/kernels.h"
 
 #include <Eigen/Core>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -175,6 +179,31 @@ inline void store_vector(T* p, typename Vec<T>::type v) {
   *reinterpret_cast<typename Vec<T>::unaligned*>(p) = v;
 }
 
+// A vector stored past the caches (a non-temporal store) at a kVectorBytes-aligned address:
+// for an output written once and too large to stay in cache, so that its lines are not read
+// from memory first (write-allocate) only to be overwritten. Ordered by stream_fence().
+template <class T>
+inline void stream_vector(T* p, typename Vec<T>::type v) {
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) _mm512_stream_ps(p, (__m512)v);
+  else _mm512_stream_pd(p, (__m512d)v);
+#elif defined(__AVX__)
+  if constexpr (std::is_same_v<T, float>) _mm256_stream_ps(p, (__m256)v);
+  else _mm256_stream_pd(p, (__m256d)v);
+#elif defined(__SSE2__)
+  if constexpr (std::is_same_v<T, float>) _mm_stream_ps(p, (__m128)v);
+  else _mm_stream_pd(p, (__m128d)v);
+#else
+  store_vector(p, v);
+#endif
+}
+
+inline void stream_fence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+
 // Calls block(std::integral_constant<int, R>{}, i) over the rows [0, m) in blocks of R = Max
 // rows, then once for the R < Max rows left, if any: the kernels' register tiles take their
 // row count as a compile-time size.
@@ -194,7 +223,9 @@ void for_row_blocks(std::int64_t m, Block&& block) {
 // prefetched kSkinnyPrefetch strips ahead of the strip being read: a panel reads its rows side by
 // side, more streams than the hardware prefetcher follows (B [4096, 4096] from memory, m = 8:
 // 4.5 ms without, 3.3-3.5 with, against 2.9 ms for one sequential read of its 64 MiB).
-template <class T, int R, bool Prefetch>
+// With Stream, C's strips are stored past the caches (stream_vector; C aligned to a vector, n a
+// multiple of one).
+template <class T, int R, bool Prefetch, bool Stream = false>
 void skinny_rows(const T* A, const T* B, T* C, std::int64_t row0, std::int64_t m, std::int64_t n, std::int64_t k,
                  std::int64_t l0, std::int64_t l1, bool trans_a, bool accumulate) {
   using V = typename Vec<T>::type;
@@ -233,8 +264,13 @@ void skinny_rows(const T* A, const T* B, T* C, std::int64_t row0, std::int64_t m
       }
     }
     for (int r = 0; r < R; ++r) {
-      store_vector(c + r * n + j, acc[r][0]);
-      store_vector(c + r * n + j + L, acc[r][1]);
+      if constexpr (Stream) {
+        stream_vector(c + r * n + j, acc[r][0]);
+        stream_vector(c + r * n + j + L, acc[r][1]);
+      } else {
+        store_vector(c + r * n + j, acc[r][0]);
+        store_vector(c + r * n + j + L, acc[r][1]);
+      }
     }
   }
   for (; j < n; ++j) {  // the last columns, fewer than a strip
@@ -252,9 +288,23 @@ void skinny_rows(const T* A, const T* B, T* C, std::int64_t row0, std::int64_t m
 // is reread once per panel, from cache.
 constexpr std::int64_t kSkinnyPanel = 32;
 
+// A product written in one pass (no accumulation, k within one panel) with a C of this many bytes
+// or more stores C past the caches: the weight gradient x^T g of a layer of depth 4096 (64 MiB on
+// one rank) would otherwise read every line of C from memory before overwriting it, and leave the
+// caches full of it. Smaller results (depth 1024: 4 MiB) stay in cache, where Adam reads them next.
+constexpr std::size_t kStreamBytes = std::size_t{16} << 20;
+
 template <class T>
 void skinny_nn(const T* A, const T* B, T* C, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a,
                bool accumulate) {
+  if (!accumulate && k <= kSkinnyPanel && static_cast<std::size_t>(m * n) * sizeof(T) >= kStreamBytes &&
+      reinterpret_cast<std::uintptr_t>(C) % kVectorBytes == 0 && (n * sizeof(T)) % kVectorBytes == 0) {
+    for_row_blocks<kSkinnyRows>(m, [&](auto rows, std::int64_t i) {
+      skinny_rows<T, decltype(rows)::value, false, true>(A, B, C, i, m, n, k, 0, k, trans_a, false);
+    });
+    stream_fence();
+    return;
+  }
   // At least one panel, so that k = 0 still writes C (zeros, or C as it was).
   std::int64_t l0 = 0;
   do {

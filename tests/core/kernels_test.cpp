@@ -473,5 +473,30 @@ TEST(Kernels, RmsnormEqualsLoops) {
   }
 }
 
+// A thin product whose result is large enough (16 MiB and more) to be stored past the caches
+// (core/kernels.cpp, kStreamBytes): the weight gradient x^T g of a deep layer, and the same with
+// x untransposed. Exact, as above (sums of 8 products of eighths); the result is written whole,
+// whatever it held before.
+TEST(Kernels, GemmOfAThinDepthIntoALargeResultEqualsLoops) {
+  const std::int64_t m = 2048, n = 2048, k = 8;
+  for (const bool trans_a : {true, false}) {
+    const Tensor a = values({trans_a ? k : m, trans_a ? m : k}, 1, DType::f32);
+    const Tensor b = values({k, n}, 2, DType::f32);
+    Tensor c = Tensor::full({m, n}, 123.0, DType::f32);
+    batched_gemm(a, b, c, 1, m, n, k, trans_a, false, false);
+    const float* pa = a.data<float>();
+    const float* pb = b.data<float>();
+    std::int64_t wrong = 0;
+    for (std::int64_t i = 0; i < m; ++i) {
+      for (std::int64_t j = 0; j < n; ++j) {
+        double want = 0;
+        for (std::int64_t l = 0; l < k; ++l) want += static_cast<double>(pa[trans_a ? l * m + i : i * k + l]) * pb[l * n + j];
+        wrong += c.data<float>()[i * n + j] != want;
+      }
+    }
+    EXPECT_EQ(wrong, 0) << (trans_a ? "x^T g" : "x g");
+  }
+}
+
 }  // namespace
 }  // namespace tessera
