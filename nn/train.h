@@ -50,7 +50,11 @@ struct LossAndGrads {
 LossAndGrads value_and_grad(const ParamTree& params, const LossFn& loss_fn, const Batch& batch,
                             const StepOptions& options = {});
 
-// One optimizer step; returns the loss of the batch (before the update).
+// One optimizer step; returns the loss of the batch (before the update). Each parameter is
+// updated as soon as the last microbatch's backward pass has finished its gradient (while the
+// layers before it are still to come), with the bits of value_and_grad followed by
+// Optimizer::update; if the backward pass throws after the first update, the state is partly
+// updated (docs/design.md, semantics 10).
 double train_step(TrainState& state, const Optimizer& optimizer, const LossFn& loss_fn, const Batch& batch,
                   const StepOptions& options = {});
 
