@@ -1,20 +1,16 @@
-// Rotary embeddings (a local rotation by global positions) and causal attention composed from
-// einsum, a constant mask and softmax, with K and V resharded explicitly for context parallelism.
+// Rotary embeddings (a local rotation by global positions) and causal attention, one fused op each
+// way (core/kernels.h), with K and V resharded explicitly for context parallelism.
 #include "nn/attention.h"
 
 #include <cmath>
 #include <memory>
-#include <limits>
 #include <vector>
 
 #include "collectives/reshard.h"
 #include "core/bfloat16.h"
-#include "core/kernels.h"
 #include "core/error.h"
-#include "nn/activations.h"
-#include "nn/einsum.h"
+#include "core/kernels.h"
 #include "nn/ops.h"
-#include "nn/precision.h"
 #include "nn/propagation.h"
 
 namespace tessera::nn {

@@ -5,7 +5,6 @@
 
 #include <memory>
 
-#include "collectives/reshard.h"
 #include "core/error.h"
 #include "core/kernels.h"
 #include "nn/activations.h"
