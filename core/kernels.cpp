@@ -297,29 +297,29 @@ constexpr std::size_t kStreamBytes = std::size_t{16} << 20;
 template <class T>
 void skinny_nn(const T* A, const T* B, T* C, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a,
                bool accumulate) {
-  if (!accumulate && k <= kSkinnyPanel && static_cast<std::size_t>(m * n) * sizeof(T) >= kStreamBytes &&
-      reinterpret_cast<std::uintptr_t>(C) % kVectorBytes == 0 && (n * sizeof(T)) % kVectorBytes == 0) {
-    for_row_blocks<kSkinnyRows>(m, [&](auto rows, std::int64_t i) {
-      skinny_rows<T, decltype(rows)::value, false, true>(A, B, C, i, m, n, k, 0, k, trans_a, false);
-    });
-    stream_fence();
-    return;
-  }
+  // C written once (one panel, nothing to add to), large, and aligned for vector stores.
+  const bool stream = !accumulate && k <= kSkinnyPanel &&
+                      static_cast<std::size_t>(m * n) * sizeof(T) >= kStreamBytes &&
+                      reinterpret_cast<std::uintptr_t>(C) % kVectorBytes == 0 && (n * sizeof(T)) % kVectorBytes == 0;
   // At least one panel, so that k = 0 still writes C (zeros, or C as it was).
   std::int64_t l0 = 0;
   do {
     const std::int64_t l1 = std::min(k, l0 + kSkinnyPanel);
     const bool add = accumulate || l0 > 0;
     for_row_blocks<kSkinnyRows>(m, [&](auto rows, std::int64_t i) {
+      constexpr int R = decltype(rows)::value;
       // B is the large operand (a weight, read from memory) unless k is the thin side.
       if (k > kSkinnyLimit) {
-        skinny_rows<T, decltype(rows)::value, true>(A, B, C, i, m, n, k, l0, l1, trans_a, add);
+        if (stream) skinny_rows<T, R, true, true>(A, B, C, i, m, n, k, l0, l1, trans_a, add);
+        else skinny_rows<T, R, true>(A, B, C, i, m, n, k, l0, l1, trans_a, add);
       } else {
-        skinny_rows<T, decltype(rows)::value, false>(A, B, C, i, m, n, k, l0, l1, trans_a, add);
+        if (stream) skinny_rows<T, R, false, true>(A, B, C, i, m, n, k, l0, l1, trans_a, add);
+        else skinny_rows<T, R, false>(A, B, C, i, m, n, k, l0, l1, trans_a, add);
       }
     });
     l0 = l1;
   } while (l0 < k);
+  if (stream) stream_fence();
 }
 
 // The lane sums of N vectors, without a scalar pass over each: the vectors (padded with zero
@@ -913,18 +913,25 @@ void attention_backward_head(const T* q, const T* k, const T* v, const T* p, con
   gemm_strided<T, col, row>(dp, S, q, ld, dk, ld, seen, D, Sq);
 }
 
+// Calls f(q_at, k_at, p_at) for every batch row and head: the offsets of its first element in q
+// (and out, dq, dout), in k (and v, dk, dv), and of its [Sq, S] probabilities.
+template <class F>
+void for_each_head(const AttentionDims& d, F&& f) {
+  for (std::int64_t b = 0; b < d.B; ++b) {
+    for (std::int64_t h = 0; h < d.H; ++h) {
+      f((b * d.Sq * d.H + h) * d.D, (b * d.S * d.H + h) * d.D, (b * d.H + h) * d.Sq * d.S);
+    }
+  }
+}
+
 template <class T>
 void attention_forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionDims& d,
                              std::int64_t q0, double scale, Tensor& out, Tensor& probs) {
   std::vector<T> shifted(static_cast<std::size_t>(d.S));
-  for (std::int64_t b = 0; b < d.B; ++b) {
-    for (std::int64_t h = 0; h < d.H; ++h) {
-      const std::int64_t at_q = (b * d.Sq * d.H + h) * d.D, at_k = (b * d.S * d.H + h) * d.D;
-      attention_forward_head<T>(q.data<T>() + at_q, k.data<T>() + at_k, v.data<T>() + at_k, out.data<T>() + at_q,
-                                probs.data<T>() + (b * d.H + h) * d.Sq * d.S, shifted.data(), d, q0,
-                                static_cast<T>(scale));
-    }
-  }
+  for_each_head(d, [&](std::int64_t at_q, std::int64_t at_k, std::int64_t at_p) {
+    attention_forward_head<T>(q.data<T>() + at_q, k.data<T>() + at_k, v.data<T>() + at_k, out.data<T>() + at_q,
+                              probs.data<T>() + at_p, shifted.data(), d, q0, static_cast<T>(scale));
+  });
 }
 
 template <class T>
@@ -932,15 +939,11 @@ void attention_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& dout, const AttentionDims& d, std::int64_t q0, double scale, Tensor& dq,
                               Tensor& dk, Tensor& dv) {
   std::vector<T> dp(static_cast<std::size_t>(d.Sq * d.S));
-  for (std::int64_t b = 0; b < d.B; ++b) {
-    for (std::int64_t h = 0; h < d.H; ++h) {
-      const std::int64_t at_q = (b * d.Sq * d.H + h) * d.D, at_k = (b * d.S * d.H + h) * d.D;
-      attention_backward_head<T>(q.data<T>() + at_q, k.data<T>() + at_k, v.data<T>() + at_k,
-                                 probs.data<T>() + (b * d.H + h) * d.Sq * d.S, dout.data<T>() + at_q,
-                                 dq.data<T>() + at_q, dk.data<T>() + at_k, dv.data<T>() + at_k, dp.data(), d, q0,
-                                 static_cast<T>(scale));
-    }
-  }
+  for_each_head(d, [&](std::int64_t at_q, std::int64_t at_k, std::int64_t at_p) {
+    attention_backward_head<T>(q.data<T>() + at_q, k.data<T>() + at_k, v.data<T>() + at_k, probs.data<T>() + at_p,
+                               dout.data<T>() + at_q, dq.data<T>() + at_q, dk.data<T>() + at_k, dv.data<T>() + at_k,
+                               dp.data(), d, q0, static_cast<T>(scale));
+  });
 }
 
 }  // namespace
