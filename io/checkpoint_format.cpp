@@ -3,6 +3,7 @@
 #include "io/checkpoint_format.h"
 
 #include <algorithm>
+#include <set>
 #include <climits>
 #include <cstring>
 
@@ -477,29 +478,47 @@ std::vector<hsize_t> validated_storage(hid_t dataset, const Shape& shape, DType 
 
 namespace {
 
-struct LinkSearch {
-  std::string bad;
-  H5L_type_t type = H5L_TYPE_HARD;
-};
-
-herr_t find_non_hard_link(hid_t, const char* name, const H5L_info_t* info, void* data) {
-  if (info->type == H5L_TYPE_HARD) return 0;
-  auto* search = static_cast<LinkSearch*>(data);
-  search->bad = name;
-  search->type = info->type;
-  return 1;  // stop
+herr_t collect_link(hid_t, const char* name, const H5L_info_t* info, void* data) {
+  static_cast<std::vector<std::pair<std::string, H5L_type_t>>*>(data)->emplace_back(name, info->type);
+  return 0;
 }
 
 }  // namespace
 
 void reject_links(hid_t file, std::string_view context) {
-  LinkSearch search;
-  check_h5(H5Lvisit(file, H5_INDEX_NAME, H5_ITER_INC, find_non_hard_link, &search), "H5Lvisit", context);
-  if (!search.bad.empty()) {
-    const char* kind = search.type == H5L_TYPE_SOFT       ? "a soft"
-                       : search.type == H5L_TYPE_EXTERNAL ? "an external"
-                                                          : "a user-defined";
-    throw IoError(std::string(context) + ": '/" + search.bad + "' is " + kind + " link; a checkpoint holds no links");
+  // The groups are walked here, one H5Literate per group, each group entered once (by its object
+  // address), not by HDF5's recursive H5Lvisit: a corrupt file whose links lead back to a group
+  // sent that into endless recursion (tests/fuzz/known_crashes).
+  std::set<haddr_t> seen;
+  H5O_info_t root;
+  check_h5(H5Oget_info2(file, &root, H5O_INFO_BASIC), "H5Oget_info", context);
+  seen.insert(root.addr);
+  std::vector<std::string> groups = {"/"};
+  while (!groups.empty()) {
+    const std::string group = std::move(groups.back());
+    groups.pop_back();
+    std::vector<std::pair<std::string, H5L_type_t>> links;
+    check_h5(H5Literate_by_name(file, group.c_str(), H5_INDEX_NAME, H5_ITER_INC, nullptr, collect_link, &links,
+                                H5P_DEFAULT),
+             "H5Literate", context);
+    for (auto it = links.rbegin(); it != links.rend(); ++it) {
+      const std::string path = group + it->first;
+      if (it->second != H5L_TYPE_HARD) {
+        const char* kind = it->second == H5L_TYPE_SOFT       ? "a soft"
+                           : it->second == H5L_TYPE_EXTERNAL ? "an external"
+                                                             : "a user-defined";
+        throw IoError(std::string(context) + ": '" + path + "' is " + kind + " link; a checkpoint holds no links");
+      }
+      H5O_info_t info;
+      check_h5(H5Oget_info_by_name2(file, path.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT), "H5Oget_info_by_name",
+               context);
+      if (info.type != H5O_TYPE_GROUP) continue;
+      if (!seen.insert(info.addr).second) {
+        throw IoError(std::string(context) + ": '" + path +
+                      "' links to a group met before; a checkpoint's groups form a tree");
+      }
+      groups.push_back(path + "/");
+    }
   }
 }
 
