@@ -186,6 +186,20 @@ TEST(CheckpointBadFiles, SoftLink) {
                                                      "': '/alias' is a soft link; a checkpoint holds no links");
 }
 
+// A hard link from inside a group back to the group: a cycle, which HDF5's own recursive walk
+// (H5Lvisit) followed until the stack overflowed (found by the checkpoint fuzz target).
+TEST(CheckpointBadFiles, HardLinkBackToAGroup) {
+  TempDir dir("group_cycle");
+  const std::string file = saved_then_edited(dir, [](hid_t root) {
+    check_h5(H5Lcreate_hard(root, "/params", root, "/params/loop", H5P_DEFAULT, H5P_DEFAULT), "H5Lcreate_hard", "test");
+  });
+  EXPECT_EQ(info_error(file),
+            "file '" + file + "': '/params/loop' links to a group met before; a checkpoint's groups form a tree");
+  EXPECT_EQ(restore_error(file, target_state()),
+            from_rank(0) + "restore_checkpoint: file '" + file +
+                "': '/params/loop' links to a group met before; a checkpoint's groups form a tree");
+}
+
 TEST(CheckpointBadFiles, ExternalLink) {
   TempDir dir("external_link");
   const std::string file = saved_then_edited(dir, [](hid_t root) {
