@@ -75,16 +75,18 @@ TEST(Kernels, EinsumMatchesLoopsForEveryLayout) {
 // gradient), which take their own kernels, and on shapes on either side of their limits (16
 // rows; strips of two vectors, 32 f32 columns with AVX-512, 16 with AVX, 8 with SSE; every count
 // of rows left after blocks of 8 or 6 and of 4, and of columns after blocks of 4 or 2), every
-// transposition, with and without accumulation; depths of two and more panels of 32 rows (the
-// forward's prefetch runs on into the next panel's rows when that panel is full). build/ runs it
+// transposition, with and without accumulation; depths of two and more panels (16 rows for rows
+// of B of 2 KiB and more, as n = 520 gives, else 32; the forward's prefetch runs on into the next
+// panel's rows when that panel is full). build/ runs it
 // at the machine's width and the sanitizer build (no -march=native) at SSE's.
 // The operands are multiples of 1/8 with small numerators: every sum is exact in f32, so the
 // result must equal the loops' exactly whatever the order of the additions.
 TEST(Kernels, GemmOfThinShapesEqualsLoops) {
   for (DType dtype : {DType::f32, DType::f64}) {
     for (std::int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 14, 16, 17, 40}) {
-      for (std::int64_t n : {1, 15, 16, 31, 32, 33, 70}) {
+      for (std::int64_t n : {1, 15, 16, 31, 32, 33, 70, 520}) {
         for (std::int64_t k : {1, 5, 16, 17, 40, 64, 70}) {
+          if (n == 520 && k <= 16) continue;  // one panel whatever its height: as n = 70
           for (int layout = 0; layout < 8; ++layout) {
             const bool trans_a = (layout & 1) != 0, trans_b = (layout & 2) != 0, accumulate = (layout & 4) != 0;
             const std::int64_t batch = 2;
