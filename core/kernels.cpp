@@ -256,8 +256,7 @@ void skinny_rows(const T* A, const T* B, T* C, std::int64_t row0, std::int64_t m
         }
       }
     }
-    // The columns this strip prefetches in each row, kept inside the row (near its end, the
-    // row's last element: already fetched, harmless).
+    // Where this strip's prefetches land, from each row of the panel (prefetch_column).
     const std::int64_t p0 = prefetch_column(j + ahead), p1 = prefetch_column(j + ahead + L);
     for (std::int64_t l = l0; l < l1; ++l) {
       V b0, b1;
