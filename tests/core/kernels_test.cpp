@@ -75,10 +75,11 @@ TEST(Kernels, EinsumMatchesLoopsForEveryLayout) {
 // gradient), which take their own kernels, and on shapes on either side of their limits (16
 // rows; strips of two vectors, 32 f32 columns with AVX-512, 16 with AVX, 8 with SSE; every count
 // of rows left after blocks of 8 or 6 and of 4, and of columns after blocks of 4 or 2), every
-// transposition, with and without accumulation; depths of two and more panels (16 rows for rows
-// of B of 2 KiB and more, as n = 520 gives, else 32; the forward's prefetch runs on into the next
-// panel's rows when that panel is full). build/ runs it
-// at the machine's width and the sanitizer build (no -march=native) at SSE's.
+// transposition, with and without accumulation. With AVX-512, 5-8 rows of A against B^T take
+// one tile of up to 8 x 2 (every depth here lets them). Depths of two and more panels: 16 rows
+// for rows of B of 2 KiB and more, as n = 520 gives, else 32; the forward's prefetch runs on
+// into the next panel's rows when that panel is full. build/ runs it at the machine's width and
+// the sanitizer build (no -march=native) at SSE's.
 // The operands are multiples of 1/8 with small numerators: every sum is exact in f32, so the
 // result must equal the loops' exactly whatever the order of the additions.
 TEST(Kernels, GemmOfThinShapesEqualsLoops) {
