@@ -158,16 +158,16 @@ std::vector<std::optional<ShardedTensor>> gradients(const Var& y, const ShardedT
   }
   std::unordered_map<Node*, std::optional<ShardedTensor>> grads;
   accumulate(grads[y.node().get()], seed, keep_raw.count(y.node().get()) ? seed.spec() : cotangent_spec(y.value()));
-  // With GradOptions::ready: the requested variables' positions in wrt.
-  std::unordered_map<Node*, std::size_t> ready_index;
-  if (options.ready) {
-    for (std::size_t i = wrt.size(); i-- > 0;) ready_index[wrt[i].node().get()] = i;
-  }
+  // The requested variables and their (first) positions in wrt.
+  std::unordered_map<Node*, std::size_t> position;
+  for (std::size_t i = 0; i < wrt.size(); ++i) position.emplace(wrt[i].node().get(), i);
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node* node = *it;
     auto found = grads.find(node);
     if (found == grads.end() || !found->second) continue;
-    if (const auto at = ready_index.find(node); at != ready_index.end()) {
+    const auto at = position.find(node);
+    const bool requested = at != position.end();
+    if (requested && options.ready) {
       // Every op that takes this node as an input is behind us: its cotangent is final.
       ShardedTensor g = std::move(*found->second);
       grads.erase(found);
@@ -180,7 +180,6 @@ std::vector<std::optional<ShardedTensor>> gradients(const Var& y, const ShardedT
     }
     if (!node->backward) continue;
     ShardedTensor g = std::move(*found->second);
-    bool requested = std::any_of(wrt.begin(), wrt.end(), [&](const Var& v) { return v.node().get() == node; });
     if (requested) found->second = g;  // keep a copy for the caller
     else grads.erase(found);
     Accumulator sink(grads, *node, keep_raw);
