@@ -3,9 +3,9 @@
 #include "io/checkpoint_format.h"
 
 #include <algorithm>
-#include <set>
 #include <climits>
 #include <cstring>
+#include <set>
 
 #include "core/error.h"
 #include "io/hdf5_handle.h"
@@ -488,7 +488,7 @@ herr_t collect_link(hid_t, const char* name, const H5L_info_t* info, void* data)
 void reject_links(hid_t file, std::string_view context) {
   // The groups are walked here, one H5Literate per group, each group entered once (by its object
   // address), not by HDF5's recursive H5Lvisit: a corrupt file whose links lead back to a group
-  // sent that into endless recursion (tests/fuzz/known_crashes).
+  // sent that into endless recursion (the input tests/fuzz/corpus/checkpoint/cyclic-groups).
   std::set<haddr_t> seen;
   H5O_info_t root;
   check_h5(H5Oget_info2(file, &root, H5O_INFO_BASIC), "H5Oget_info", context);
