@@ -9,8 +9,9 @@
 # with the gemm rate the fastest of the MLP's three products measured on one rank alone
 # (forward, input gradient, weight gradient; all three printed and positive) on this rank's rows
 # and on the whole batch's (whole_batch_gflops, the fastest of those three), ranks_per_core the
-# ranks over the CPUs this process may use, each within 1% (the fields are printed to 3 or 4
-# digits), and ratio = ms_median / floor_ms.
+# ranks over the CPUs this script may use (the job's: ranks bound to cores, each seeing only its
+# own, are bound within them and use them together), each within 1% (the fields are printed to 3
+# or 4 digits), and ratio = ms_median / floor_ms.
 set -uo pipefail
 out=$("$@") || { echo "FAIL: bench_train exited with $?" >&2; exit 1; }
 echo "$out"
