@@ -111,5 +111,8 @@ Tensor extract_block(const Tensor& src, const std::vector<std::int64_t>& offsets
 void insert_block(Tensor& dst, const Tensor& block, const std::vector<std::int64_t>& offsets);
 // Adds `block` elementwise into `dst` at `offsets` (dtypes must match).
 void add_block(Tensor& dst, const Tensor& block, const std::vector<std::int64_t>& offsets);
+// Adds `slab` elementwise into dst[index], the slab of dimension 0 at `index`: `slab` has dst's
+// shape without dimension 0 (dtypes must match). No copy of `slab` is made.
+void add_to_slab(Tensor& dst, std::int64_t index, const Tensor& slab);
 
 }  // namespace tessera

@@ -99,8 +99,9 @@ class PvarySink : public GradSink {
   PvarySink(GradSink& inner, const Mesh& mesh, const std::vector<Axes>& sum_over)
       : inner_(inner), mesh_(mesh), sum_over_(sum_over) {}
   void add(int input, ShardedTensor grad) override { inner_.add(input, summed(input, std::move(grad))); }
-  void add_slab(int input, std::int64_t index, ShardedTensor grad) override {
-    inner_.add_slab(input, index, summed(input, std::move(grad)));
+  void add_slab(int input, std::int64_t index, const ShardedTensor& grad) override {
+    if (sum_over_.at(input).empty() || !inner_.wants(input)) return inner_.add_slab(input, index, grad);
+    inner_.add_slab(input, index, summed(input, grad));
   }
   bool wants(int input) const override { return inner_.wants(input); }
 

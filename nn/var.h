@@ -84,7 +84,7 @@ class GradSink {
   virtual void add(int input, ShardedTensor grad) = 0;
   // The cotangent of inputs[input] restricted to index `index` of its dimension 0 (for ops that
   // take one layer of a stacked parameter): `grad` has the input's shape without dimension 0.
-  virtual void add_slab(int input, std::int64_t index, ShardedTensor grad) = 0;
+  virtual void add_slab(int input, std::int64_t index, const ShardedTensor& grad) = 0;
   // Whether inputs[input] needs a cotangent at all.
   virtual bool wants(int input) const = 0;
   // Whether inputs[input]'s cotangent is kept as accumulated, possibly partial (a requested

@@ -79,6 +79,28 @@ TEST(Tensor, AddBlockAccumulates) {
   EXPECT_EQ(whole.at(3), 2.0);
 }
 
+// add_to_slab adds into one slab of dimension 0 and touches no other element; a slab of the
+// wrong shape or dtype, or an index past dimension 0, is refused with its message.
+TEST(Tensor, AddToSlabAddsIntoOneSlab) {
+  Tensor whole = iota({3, 2, 4});
+  const Tensor before = whole;
+  Tensor slab = iota({2, 4});
+  add_to_slab(whole, 1, slab);
+  add_to_slab(whole, 1, slab);
+  for (std::int64_t i = 0; i < whole.numel(); ++i) {
+    const double want = before.at(i) + (i / 8 == 1 ? 2.0 * static_cast<double>(i % 8) : 0.0);
+    EXPECT_EQ(whole.at(i), want) << "element " << i;
+  }
+  try {
+    add_to_slab(whole, 0, iota({4, 2}));
+    FAIL() << "a [4, 2] slab of [3, 2, 4] was taken";
+  } catch (const ShapeError& e) {
+    EXPECT_STREQ(e.what(), "add_to_slab: slab [4, 2] is not a slab of [3, 2, 4]");
+  }
+  EXPECT_THROW(add_to_slab(whole, 3, slab), ShapeError);
+  EXPECT_THROW(add_to_slab(whole, 0, slab.astype(DType::f64)), DTypeError);
+}
+
 TEST(Tensor, BlockOutOfRangeThrows) {
   Tensor whole({4, 4});
   EXPECT_THROW(extract_block(whole, {3, 0}, {2, 4}), ShapeError);

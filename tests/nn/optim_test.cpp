@@ -150,7 +150,9 @@ TEST(Gradients, ReadyHandsEachCotangentOverOnceItIsFinal) {
   for (std::size_t i = 0; i < wrt.size(); ++i) {
     EXPECT_FALSE(returned[i].has_value()) << "variable " << i;
     ASSERT_EQ(handed[i].has_value(), plain[i].has_value()) << "variable " << i;
-    if (plain[i]) EXPECT_TRUE(handed[i]->local().bit_equal(plain[i]->local())) << "variable " << i;
+    if (plain[i]) {
+      EXPECT_TRUE(handed[i]->local().bit_equal(plain[i]->local())) << "variable " << i;
+    }
   }
   EXPECT_FALSE(plain[3].has_value());
 }
