@@ -237,19 +237,31 @@ void add_block(Tensor& dst, const Tensor& block, const std::vector<std::int64_t>
   block_copy(BlockOp::add, dst, &dst, block, nullptr, offsets, block.shape());
 }
 
-void add_to_slab(Tensor& dst, std::int64_t index, const Tensor& slab) {
-  if (dst.dtype() != slab.dtype()) throw DTypeError("add_to_slab: dtype mismatch");
+namespace {
+
+// add_to_slab and copy_to_slab: the slab is read in place as a block with a leading dimension of
+// 1 (block_copy reads it through its pointer and the shape it is given).
+void slab_op(BlockOp op, const char* what, Tensor& dst, std::int64_t index, const Tensor& slab) {
+  if (dst.dtype() != slab.dtype()) throw DTypeError(std::string(what) + ": dtype mismatch");
   if (dst.ndim() < 1 || !std::equal(dst.shape().begin() + 1, dst.shape().end(), slab.shape().begin(), slab.shape().end())) {
-    throw ShapeError("add_to_slab: slab " + shape_to_string(slab.shape()) + " is not a slab of " +
+    throw ShapeError(std::string(what) + ": slab " + shape_to_string(slab.shape()) + " is not a slab of " +
                      shape_to_string(dst.shape()));
   }
-  // The slab is read in place as a block with a leading dimension of 1 (block_copy reads it
-  // through its pointer and the shape it is given).
   Shape one = slab.shape();
   one.insert(one.begin(), 1);
   std::vector<std::int64_t> at(dst.ndim(), 0);
   at[0] = index;
-  block_copy(BlockOp::add, dst, &dst, slab, nullptr, at, one);
+  block_copy(op, dst, &dst, slab, nullptr, at, one);
+}
+
+}  // namespace
+
+void add_to_slab(Tensor& dst, std::int64_t index, const Tensor& slab) {
+  slab_op(BlockOp::add, "add_to_slab", dst, index, slab);
+}
+
+void copy_to_slab(Tensor& dst, std::int64_t index, const Tensor& slab) {
+  slab_op(BlockOp::insert, "copy_to_slab", dst, index, slab);
 }
 
 }  // namespace tessera

@@ -114,5 +114,7 @@ void add_block(Tensor& dst, const Tensor& block, const std::vector<std::int64_t>
 // Adds `slab` elementwise into dst[index], the slab of dimension 0 at `index`: `slab` has dst's
 // shape without dimension 0 (dtypes must match). No copy of `slab` is made.
 void add_to_slab(Tensor& dst, std::int64_t index, const Tensor& slab);
+// Writes `slab` into dst[index], as add_to_slab adds it.
+void copy_to_slab(Tensor& dst, std::int64_t index, const Tensor& slab);
 
 }  // namespace tessera

@@ -1,6 +1,7 @@
 // The backward pass: topological order of the tape from the output, cotangents accumulated per
 // node and resharded to the node's spec (partial axes dropped), each op's backward called once.
 #include <algorithm>
+#include <cstring>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -60,11 +61,29 @@ void accumulate(std::optional<ShardedTensor>& slot, ShardedTensor grad, const Sp
   add_inplace(slot->local(), grad.local());
 }
 
+// Cotangents of stacked variables that add_slab has begun but not filled: for each, the local
+// indices of dimension 0 whose slab is not written yet (its memory is uninitialised). The first
+// slab written at an index is copied in, not added to zeros: a scanned layer's weight gradient
+// is written once, and zeroing the stacked cotangent and adding into it read and wrote it twice
+// more. complete() zeroes what is still unwritten before anything else reads the cotangent.
+using Unwritten = std::unordered_map<const Node*, std::vector<bool>>;
+
+void complete(Unwritten& unwritten, const Node* node, ShardedTensor& slot) {
+  const auto found = unwritten.find(node);
+  if (found == unwritten.end()) return;
+  Tensor& local = slot.local();
+  const std::size_t slab_bytes = local.shape()[0] == 0 ? 0 : local.nbytes() / local.shape()[0];
+  for (std::size_t i = 0; i < found->second.size(); ++i) {
+    if (found->second[i]) std::memset(static_cast<std::byte*>(local.raw()) + i * slab_bytes, 0, slab_bytes);
+  }
+  unwritten.erase(found);
+}
+
 class Accumulator : public GradSink {
  public:
-  Accumulator(std::unordered_map<Node*, std::optional<ShardedTensor>>& grads, const Node& node,
+  Accumulator(std::unordered_map<Node*, std::optional<ShardedTensor>>& grads, Unwritten& unwritten, const Node& node,
               const std::unordered_set<Node*>& keep_raw)
-      : grads_(grads), node_(node), keep_raw_(keep_raw) {}
+      : grads_(grads), unwritten_(unwritten), node_(node), keep_raw_(keep_raw) {}
 
   void add(int input, ShardedTensor grad) override {
     Node* in = node_.inputs.at(input).node().get();
@@ -75,6 +94,7 @@ class Accumulator : public GradSink {
                        shape_to_string(in->value.global_shape()));
     }
     auto& slot = grads_[in];
+    if (slot) complete(unwritten_, in, *slot);
     // Computed before `grad` is moved into the call (argument order is unspecified).
     const Spec target =
         keep_raw_.count(in) || in->passes_cotangent ? (slot ? slot->spec() : grad.spec()) : cotangent_spec(in->value);
@@ -93,12 +113,23 @@ class Accumulator : public GradSink {
     if (!(cotangent.spec() == slab_spec)) resharded = reshard(cotangent, slab_spec);
     const ShardedTensor& grad = resharded ? *resharded : cotangent;
     auto& slot = grads_[in];
-    if (!slot) slot = ShardedTensor::zeros(primal.mesh(), full, primal.global_shape(), primal.dtype());
+    if (!slot) {
+      const Shape local = local_shape(full, primal.mesh().shape(), primal.global_shape(), primal.mesh().coords());
+      slot = ShardedTensor(primal.mesh(), full, primal.global_shape(), Tensor::empty(local, primal.dtype()));
+      unwritten_[in].assign(static_cast<std::size_t>(local.empty() ? 0 : local[0]), true);
+    }
     // Dimension 0 may be split: only the ranks whose block holds `index` add the slab.
     const std::int64_t begin = slot->block_offsets()[0];
     const std::int64_t extent = slot->local().shape()[0];
     if (index < begin || index >= begin + extent) return;
-    add_to_slab(slot->local(), index - begin, grad.local());
+    const auto found = unwritten_.find(in);
+    if (found != unwritten_.end() && found->second[index - begin]) {
+      copy_to_slab(slot->local(), index - begin, grad.local());
+      found->second[index - begin] = false;
+      if (std::none_of(found->second.begin(), found->second.end(), [](bool u) { return u; })) unwritten_.erase(found);
+    } else {
+      add_to_slab(slot->local(), index - begin, grad.local());
+    }
   }
 
   bool wants(int input) const override { return node_.inputs.at(input).requires_grad(); }
@@ -109,6 +140,7 @@ class Accumulator : public GradSink {
 
  private:
   std::unordered_map<Node*, std::optional<ShardedTensor>>& grads_;
+  Unwritten& unwritten_;
   const Node& node_;
   const std::unordered_set<Node*>& keep_raw_;
 };
@@ -157,6 +189,7 @@ std::vector<std::optional<ShardedTensor>> gradients(const Var& y, const ShardedT
     if (options.keep_raw.empty() ? !options.reduce_to_spec : options.keep_raw[i]) keep_raw.insert(wrt[i].node().get());
   }
   std::unordered_map<Node*, std::optional<ShardedTensor>> grads;
+  Unwritten unwritten;
   accumulate(grads[y.node().get()], seed, keep_raw.count(y.node().get()) ? seed.spec() : cotangent_spec(y.value()));
   // The requested variables and their (first) positions in wrt.
   std::unordered_map<Node*, std::size_t> position;
@@ -165,6 +198,7 @@ std::vector<std::optional<ShardedTensor>> gradients(const Var& y, const ShardedT
     Node* node = *it;
     auto found = grads.find(node);
     if (found == grads.end() || !found->second) continue;
+    complete(unwritten, node, *found->second);
     const auto at = position.find(node);
     const bool requested = at != position.end();
     if (requested && options.ready) {
@@ -172,7 +206,7 @@ std::vector<std::optional<ShardedTensor>> gradients(const Var& y, const ShardedT
       ShardedTensor g = std::move(*found->second);
       grads.erase(found);
       if (node->backward) {
-        Accumulator sink(grads, *node, keep_raw);
+        Accumulator sink(grads, unwritten, *node, keep_raw);
         node->backward(g, sink);
       }
       options.ready(at->second, returned_cotangent(*node, std::move(g), keep_raw));
@@ -182,13 +216,14 @@ std::vector<std::optional<ShardedTensor>> gradients(const Var& y, const ShardedT
     ShardedTensor g = std::move(*found->second);
     if (requested) found->second = g;  // keep a copy for the caller
     else grads.erase(found);
-    Accumulator sink(grads, *node, keep_raw);
+    Accumulator sink(grads, unwritten, *node, keep_raw);
     node->backward(g, sink);
   }
   for (std::size_t i = 0; i < wrt.size(); ++i) {
     Node* node = wrt[i].node().get();
     auto found = grads.find(node);
     if (found == grads.end() || !found->second) continue;
+    complete(unwritten, node, *found->second);
     out[i] = returned_cotangent(*node, std::move(*found->second), keep_raw);
   }
   return out;

@@ -73,5 +73,38 @@ TEST(GradCheck, SharedInputAccumulates) {
   for (int i = 0; i < 5; ++i) EXPECT_NEAR(g.at(i), 2 * x.at(i) + 1, 1e-12);
 }
 
+// A stacked variable's cotangent built slab by slab (take_layer's backward, GradSink::add_slab):
+// a slab taken twice sums both, a slab never taken is zero, and a use of the whole stack adds to
+// every slab, whichever comes first in the backward pass. The cotangent's first slab is copied
+// into memory that is not zeroed first, so the buffers the pool hands out are filled with NaN
+// beforehand (64 KiB and more are pooled): a slab left unwritten would show.
+TEST(GradCheck, StackedCotangentSumsItsSlabs) {
+  Mesh mesh = self_mesh();
+  constexpr std::int64_t layers = 4, width = 2048;  // 64 KiB of f64
+  const Tensor x = test_values({layers, width}, 4);
+  const Tensor w0 = test_values({width}, 5), w1 = test_values({width}, 6), w2 = test_values({width}, 7);
+  const Tensor v = test_values({layers, width}, 8);
+  Var s(ShardedTensor::from_global(mesh, Spec(), x), true);
+  const auto constant = [&](const Tensor& t) { return Var(ShardedTensor::from_global(mesh, Spec(), t)); };
+  const Var slabs = add(add(sum(mul(take_layer(s, 0), constant(w0))), sum(mul(take_layer(s, 0), constant(w1)))),
+                        sum(mul(take_layer(s, 2), constant(w2))));
+  for (const bool whole : {false, true}) {
+    const Var y = whole ? add(slabs, sum(mul(s, constant(v)))) : slabs;
+    {
+      std::vector<Tensor> junk;
+      for (int i = 0; i < 4; ++i) junk.push_back(Tensor::full({layers, width}, std::nan(""), DType::f64));
+    }
+    const Tensor g = gradients(y, {s})[0]->to_global();
+    ASSERT_EQ(g.shape(), (Shape{layers, width}));
+    for (std::int64_t layer = 0; layer < layers; ++layer) {
+      for (std::int64_t j = 0; j < width; ++j) {
+        double want = layer == 0 ? w0.at(j) + w1.at(j) : layer == 2 ? w2.at(j) : 0.0;
+        if (whole) want += v.at(layer * width + j);
+        ASSERT_NEAR(g.at(layer * width + j), want, 1e-12) << "whole " << whole << " layer " << layer << " column " << j;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessera::nn
