@@ -79,8 +79,8 @@ TEST(Tensor, AddBlockAccumulates) {
   EXPECT_EQ(whole.at(3), 2.0);
 }
 
-// add_to_slab adds into one slab of dimension 0 and touches no other element; a slab of the
-// wrong shape or dtype, or an index past dimension 0, is refused with its message.
+// add_to_slab adds into one slab of dimension 0 and touches no other element, copy_to_slab
+// writes one; a slab of the wrong shape or dtype, or an index past dimension 0, is refused.
 TEST(Tensor, AddToSlabAddsIntoOneSlab) {
   Tensor whole = iota({3, 2, 4});
   const Tensor before = whole;
@@ -99,6 +99,13 @@ TEST(Tensor, AddToSlabAddsIntoOneSlab) {
   }
   EXPECT_THROW(add_to_slab(whole, 3, slab), ShapeError);
   EXPECT_THROW(add_to_slab(whole, 0, slab.astype(DType::f64)), DTypeError);
+  // copy_to_slab overwrites the slab, and only it.
+  Tensor copied = before;
+  copy_to_slab(copied, 2, slab);
+  for (std::int64_t i = 0; i < copied.numel(); ++i) {
+    EXPECT_EQ(copied.at(i), i / 8 == 2 ? static_cast<double>(i % 8) : before.at(i)) << "element " << i;
+  }
+  EXPECT_THROW(copy_to_slab(copied, 0, iota({4, 2})), ShapeError);
 }
 
 TEST(Tensor, BlockOutOfRangeThrows) {
