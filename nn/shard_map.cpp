@@ -100,16 +100,18 @@ class PvarySink : public GradSink {
       : inner_(inner), mesh_(mesh), sum_over_(sum_over) {}
   void add(int input, ShardedTensor grad) override { inner_.add(input, summed(input, std::move(grad))); }
   void add_slab(int input, std::int64_t index, const ShardedTensor& grad) override {
-    if (sum_over_.at(input).empty() || !inner_.wants(input)) return inner_.add_slab(input, index, grad);
+    // Handed on where it is when there is nothing to sum (summed() would take a copy).
+    if (!sums(input)) return inner_.add_slab(input, index, grad);
     inner_.add_slab(input, index, summed(input, grad));
   }
   bool wants(int input) const override { return inner_.wants(input); }
 
  private:
+  // Whether inputs[input]'s cotangent is summed over axes before it is handed on.
+  bool sums(int input) const { return !sum_over_.at(input).empty() && inner_.wants(input); }
   ShardedTensor summed(int input, ShardedTensor grad) const {
-    const Axes& axes = sum_over_.at(input);
-    if (axes.empty() || !inner_.wants(input)) return grad;
-    Tensor total = tessera::all_reduce(mesh_, std::move(grad.local()), axes, ReduceOp::sum);
+    if (!sums(input)) return grad;
+    Tensor total = tessera::all_reduce(mesh_, std::move(grad.local()), sum_over_.at(input), ReduceOp::sum);
     return ShardedTensor(grad.mesh(), grad.spec(), grad.global_shape(), std::move(total));
   }
   GradSink& inner_;
