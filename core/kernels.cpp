@@ -475,22 +475,33 @@ void skinny_nt(const T* A, const T* B, T* C, std::int64_t m, std::int64_t n, std
   for (; j < n; ++j) columns(std::integral_constant<int, 1>{}, j);
 }
 
+bool skinny_shape(std::int64_t m, std::int64_t k, bool trans_a, bool trans_b) {
+  return trans_b ? !trans_a && m <= kSkinnyLimit : m <= kSkinnyLimit || k <= kSkinnyLimit;
+}
+
 // One product by the thin kernels when its shape is one of theirs; false otherwise.
 template <class T>
 bool skinny_gemm(const T* A, const T* B, T* C, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a,
                  bool trans_b, bool accumulate) {
-  if (!trans_b && (m <= kSkinnyLimit || k <= kSkinnyLimit)) {
-    skinny_nn(A, B, C, m, n, k, trans_a, accumulate);
-    return true;
-  }
-  if (trans_b && !trans_a && m <= kSkinnyLimit) {
-    skinny_nt(A, B, C, m, n, k, accumulate);
-    return true;
-  }
-  return false;
+  if (!skinny_shape(m, k, trans_a, trans_b)) return false;
+  if (trans_b) skinny_nt(A, B, C, m, n, k, accumulate);
+  else skinny_nn(A, B, C, m, n, k, trans_a, accumulate);
+  return true;
 }
 
 }  // namespace
+
+bool thin_gemm_shape(std::int64_t m, std::int64_t, std::int64_t k, bool trans_a, bool trans_b) {
+  return skinny_shape(m, k, trans_a, trans_b);
+}
+
+void thin_gemm(const float* a, const float* b, float* c, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a,
+               bool trans_b) {
+  if (!skinny_gemm(a, b, c, m, n, k, trans_a, trans_b, false)) {
+    throw ShapeError("thin_gemm: [" + std::to_string(m) + ", " + std::to_string(n) + ", " + std::to_string(k) +
+                     "] is not a thin product");
+  }
+}
 
 void batched_gemm(const Tensor& a, const Tensor& b, Tensor& c, std::int64_t batch, std::int64_t m, std::int64_t n,
                   std::int64_t k, bool trans_a, bool trans_b, bool accumulate) {

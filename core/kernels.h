@@ -16,6 +16,17 @@ namespace tessera {
 void batched_gemm(const Tensor& a, const Tensor& b, Tensor& c, std::int64_t batch, std::int64_t m, std::int64_t n,
                   std::int64_t k, bool trans_a, bool trans_b, bool accumulate = false);
 
+// The thin products of batched_gemm (one side of at most 16: a batch of rows against a weight)
+// on raw f32 rows, one matrix: C[m, n] = op(A) op(B), with batched_gemm's shapes and layouts.
+// thin_gemm_shape says whether batched_gemm takes these kernels for a shape; thin_gemm runs them
+// (and refuses another shape). Every element of C is summed in an order that does not depend on
+// the other rows and columns of the product, so a product taken in panels here (a weight's rows
+// [r0, r1) at a time: C's rows with trans_a, its columns with trans_b) gives each element the
+// bits batched_gemm gives it in the whole product.
+bool thin_gemm_shape(std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a, bool trans_b);
+void thin_gemm(const float* a, const float* b, float* c, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a,
+               bool trans_b);
+
 // Reorders dimensions: out.shape[i] = in.shape[perm[i]].
 Tensor permute_dims(const Tensor& in, const std::vector<int>& perm);
 

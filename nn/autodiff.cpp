@@ -79,11 +79,19 @@ void complete(Unwritten& unwritten, const Node* node, ShardedTensor& slot) {
   unwritten.erase(found);
 }
 
+// What GradSink::takes_rows asks of the backward pass (see there): the options, the requested
+// variables' positions in wrt, and how many ops of the tape take each node as an input.
+struct RowHandover {
+  const GradOptions& options;
+  const std::unordered_map<Node*, std::size_t>& position;
+  const std::unordered_map<const Node*, int>& uses;
+};
+
 class Accumulator : public GradSink {
  public:
   Accumulator(std::unordered_map<Node*, std::optional<ShardedTensor>>& grads, Unwritten& unwritten, const Node& node,
-              const std::unordered_set<Node*>& keep_raw)
-      : grads_(grads), unwritten_(unwritten), node_(node), keep_raw_(keep_raw) {}
+              const std::unordered_set<Node*>& keep_raw, const RowHandover& handover)
+      : grads_(grads), unwritten_(unwritten), node_(node), keep_raw_(keep_raw), handover_(handover) {}
 
   void add(int input, ShardedTensor grad) override {
     Node* in = node_.inputs.at(input).node().get();
@@ -138,11 +146,39 @@ class Accumulator : public GradSink {
     return in->passes_cotangent || keep_raw_.count(const_cast<Node*>(in)) > 0;
   }
 
+  // A variable of wrt with no op of its own (a leaf), taken by this op alone and once, in f32
+  // with no partial axes: its gradient is final once this op's backward has given it. (The op
+  // hands over rows of the variable's own block, nothing left to reduce, so whether the caller
+  // keeps cotangents raw does not matter.)
+  bool takes_rows(int input) const override {
+    if (!handover_.options.ready || !handover_.options.ready_rows) return false;
+    Node* in = node_.inputs.at(input).node().get();
+    if (!in->requires_grad || in->backward || in->passes_cotangent) return false;
+    const auto slot = grads_.find(in);
+    if (handover_.position.count(in) == 0 || (slot != grads_.end() && slot->second)) return false;
+    const auto used = handover_.uses.find(in);
+    if (used == handover_.uses.end() || used->second != 1) return false;
+    return in->value.dtype() == DType::f32 && in->value.spec().partial.empty();
+  }
+
+  void take_rows(int input, RowGradient& grad) override {
+    if (!takes_rows(input)) GradSink::take_rows(input, grad);
+    Node* in = node_.inputs.at(input).node().get();
+    const Tensor& local = in->value.local();
+    const std::int64_t rows = local.ndim() == 0 ? 1 : local.shape()[0];
+    if (grad.rows() != rows || grad.rows() * grad.row_elements() != local.numel()) {
+      throw Error("autodiff: op '" + node_.op + "' offered " + std::to_string(grad.rows()) + " rows of " +
+                  std::to_string(grad.row_elements()) + " for a block of shape " + shape_to_string(local.shape()));
+    }
+    handover_.options.ready_rows(handover_.position.at(in), grad);
+  }
+
  private:
   std::unordered_map<Node*, std::optional<ShardedTensor>>& grads_;
   Unwritten& unwritten_;
   const Node& node_;
   const std::unordered_set<Node*>& keep_raw_;
+  const RowHandover& handover_;
 };
 
 // A requested variable's cotangent as gradients() hands it back: in its spec without partial
@@ -194,6 +230,16 @@ std::vector<std::optional<ShardedTensor>> gradients(const Var& y, const ShardedT
   // The requested variables and their (first) positions in wrt.
   std::unordered_map<Node*, std::size_t> position;
   for (std::size_t i = 0; i < wrt.size(); ++i) position.emplace(wrt[i].node().get(), i);
+  // How many ops of the tape take each node as an input (an op taking it twice counts twice).
+  std::unordered_map<const Node*, int> uses;
+  if (options.ready_rows) {
+    for (const Node* node : order) {
+      for (const Var& in : node->inputs) {
+        if (in.requires_grad()) ++uses[in.node().get()];
+      }
+    }
+  }
+  const RowHandover handover{options, position, uses};
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node* node = *it;
     auto found = grads.find(node);
@@ -206,7 +252,7 @@ std::vector<std::optional<ShardedTensor>> gradients(const Var& y, const ShardedT
       ShardedTensor g = std::move(*found->second);
       grads.erase(found);
       if (node->backward) {
-        Accumulator sink(grads, unwritten, *node, keep_raw);
+        Accumulator sink(grads, unwritten, *node, keep_raw, handover);
         node->backward(g, sink);
       }
       options.ready(at->second, returned_cotangent(*node, std::move(g), keep_raw));
@@ -216,7 +262,7 @@ std::vector<std::optional<ShardedTensor>> gradients(const Var& y, const ShardedT
     ShardedTensor g = std::move(*found->second);
     if (requested) found->second = g;  // keep a copy for the caller
     else grads.erase(found);
-    Accumulator sink(grads, unwritten, *node, keep_raw);
+    Accumulator sink(grads, unwritten, *node, keep_raw, handover);
     node->backward(g, sink);
   }
   for (std::size_t i = 0; i < wrt.size(); ++i) {

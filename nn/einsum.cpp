@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
+#include <optional>
 #include <set>
 
 #include "collectives/reshard.h"
 #include "core/error.h"
+#include "core/kernels.h"
 #include "nn/propagation.h"
 
 namespace tessera::nn {
@@ -190,41 +193,183 @@ Spec toward(const std::string& letters, const Spec& s, const std::string& out, c
   return target;
 }
 
+// What contract() multiplies and the spec of the product: the operands as given, or as align()
+// resharded them, or as einsum_toward's choice moved them. Not copyable or movable, since it
+// points into itself.
+struct Contraction {
+  Contraction() = default;
+  Contraction(const Contraction&) = delete;
+  Contraction& operator=(const Contraction&) = delete;
+  Aligned aligned;
+  ShardedTensor a_moved, b_moved;
+  const ShardedTensor* a = nullptr;
+  const ShardedTensor* b = nullptr;
+  Spec spec;
+  Shape shape;
+};
+
+// The operands of einsum (want == nullptr) or einsum_toward, with their collectives run.
+void plan_contraction(const EinsumSubscripts& sub, const ShardedTensor& a, const ShardedTensor& b, const Spec* want,
+                      Contraction& out) {
+  check_operands(sub, a, b);
+  out.shape = result_shape(sub, a, b);
+  align(sub, a, b, out.aligned);
+  out.a = out.aligned.a;
+  out.b = out.aligned.b;
+  out.spec = result_spec(sub, out.a->spec(), out.b->spec());
+  if (want == nullptr) return;
+  const MeshShape& mesh = a.mesh().shape();
+  const Spec target = want->padded(static_cast<int>(out.shape.size()));
+  const Spec a_to = toward(sub.a, out.a->spec(), sub.out, target);
+  const Spec b_to = toward(sub.b, out.b->spec(), sub.out, target);
+  // The product of the moved factors is exactly the wanted block: no rank computes a block it
+  // then drops, and nothing is left to reshard.
+  if (!(out.spec == target) && consistent(sub, a_to, b_to) && result_spec(sub, a_to, b_to) == target) {
+    const double reduce_cost =
+        static_cast<double>(plan_reshard(mesh, out.spec, target, out.shape, a.dtype()).bytes_per_rank());
+    const double extra_flops = local_flops(sub, mesh, a_to, a.global_shape(), b_to, b.global_shape()) -
+                               local_flops(sub, mesh, out.a->spec(), a.global_shape(), out.b->spec(), b.global_shape());
+    const double move_cost = static_cast<double>(reshard_bytes(*out.a, a_to) + reshard_bytes(*out.b, b_to)) +
+                             extra_flops / kFlopsPerCommByte;
+    if (move_cost < reduce_cost) {
+      out.a_moved = to_spec(*out.a, a_to);
+      out.b_moved = to_spec(*out.b, b_to);
+      out.a = &out.a_moved;
+      out.b = &out.b_moved;
+      out.spec = target;
+    }
+  }
+}
+
+// The planned product.
+ShardedTensor multiply(const EinsumSubscripts& sub, Contraction& c) {
+  Tensor local = einsum_local(sub, c.a->local(), c.b->local());
+  return ShardedTensor(c.a->mesh(), c.spec, std::move(c.shape), std::move(local));
+}
+
 // einsum, or einsum_toward when `want` is given.
 ShardedTensor contract(std::string_view subscripts, const ShardedTensor& a, const ShardedTensor& b,
                        const Spec* want) {
   const auto sub = EinsumSubscripts::parse(subscripts);
-  check_operands(sub, a, b);
-  Shape shape = result_shape(sub, a, b);
-  Aligned al;
-  align(sub, a, b, al);
-  const Spec natural = result_spec(sub, al.a->spec(), al.b->spec());
-  if (want != nullptr) {
-    const MeshShape& mesh = a.mesh().shape();
-    const Spec target = want->padded(static_cast<int>(shape.size()));
-    const Spec a_to = toward(sub.a, al.a->spec(), sub.out, target);
-    const Spec b_to = toward(sub.b, al.b->spec(), sub.out, target);
-    // The product of the moved factors is exactly the wanted block: no rank computes a block it
-    // then drops, and nothing is left to reshard.
-    if (!(natural == target) && consistent(sub, a_to, b_to) && result_spec(sub, a_to, b_to) == target) {
-      const double reduce_cost =
-          static_cast<double>(plan_reshard(mesh, natural, target, shape, a.dtype()).bytes_per_rank());
-      const double extra_flops =
-          local_flops(sub, mesh, a_to, a.global_shape(), b_to, b.global_shape()) -
-          local_flops(sub, mesh, al.a->spec(), a.global_shape(), al.b->spec(), b.global_shape());
-      const double move_cost =
-          static_cast<double>(reshard_bytes(*al.a, a_to) + reshard_bytes(*al.b, b_to)) +
-          extra_flops / kFlopsPerCommByte;
-      if (move_cost < reduce_cost) {
-        const ShardedTensor a_moved = to_spec(*al.a, a_to);
-        const ShardedTensor b_moved = to_spec(*al.b, b_to);
-        Tensor local = einsum_local(sub, a_moved.local(), b_moved.local());
-        return ShardedTensor(a.mesh(), target, std::move(shape), std::move(local));
+  Contraction c;
+  plan_contraction(sub, a, b, want, c);
+  return multiply(sub, c);
+}
+
+// The weight gradient of y = einsum("Xk,kn->Xn", x, w) a panel of w's local rows at a time, and
+// with it the input gradient's columns for those rows, from the rows of w before the update
+// (see RowGradient): dx[:, rows] = g_dx w[rows, :]^T, dw[rows, :] = x_dw[:, rows]^T g_dw, each
+// by the thin kernels batched_gemm takes for the whole products (the same bits).
+class EinsumRows : public RowGradient {
+ public:
+  EinsumRows(const Tensor& w, const Tensor& x_dw, const Tensor& g_dw, const Tensor* g_dx, Tensor* dx)
+      : w_(w.data<float>()), x_dw_(x_dw.data<float>()), g_dw_(g_dw.data<float>()),
+        g_dx_(g_dx != nullptr ? g_dx->data<float>() : nullptr), dx_(dx != nullptr ? dx->data<float>() : nullptr),
+        k_(w.shape()[0]), n_(w.shape()[1]), m_dw_(x_dw.numel() / std::max<std::int64_t>(k_, 1)),
+        m_dx_(g_dx != nullptr ? g_dx->numel() / std::max<std::int64_t>(n_, 1) : 0) {}
+
+  std::int64_t rows() const override { return k_; }
+  std::int64_t row_elements() const override { return n_; }
+  std::int64_t produced() const { return next_; }
+
+  void produce(std::int64_t begin, std::int64_t end, float* out) override {
+    if (begin != next_ || end <= begin || end > k_) {
+      throw Error("einsum: weight gradient rows [" + std::to_string(begin) + ", " + std::to_string(end) +
+                  ") asked for after " + std::to_string(next_) + " of " + std::to_string(k_));
+    }
+    next_ = end;
+    const std::int64_t r = end - begin;
+    if (dx_ != nullptr) {
+      columns_.resize(static_cast<std::size_t>(m_dx_ * r));
+      thin_gemm(g_dx_, w_ + begin * n_, columns_.data(), m_dx_, r, n_, false, true);
+      for (std::int64_t i = 0; i < m_dx_; ++i) {
+        std::copy_n(columns_.data() + i * r, r, dx_ + i * k_ + begin);
       }
     }
+    rows_of_x_.resize(static_cast<std::size_t>(m_dw_ * r));
+    for (std::int64_t i = 0; i < m_dw_; ++i) std::copy_n(x_dw_ + i * k_ + begin, r, rows_of_x_.data() + i * r);
+    thin_gemm(rows_of_x_.data(), g_dw_, out, r, n_, m_dw_, true, false);
   }
-  Tensor local = einsum_local(sub, al.a->local(), al.b->local());
-  return ShardedTensor(a.mesh(), natural, std::move(shape), std::move(local));
+
+ private:
+  const float* w_;
+  const float* x_dw_;
+  const float* g_dw_;
+  const float* g_dx_;
+  float* dx_;
+  std::int64_t k_, n_, m_dw_, m_dx_;
+  std::int64_t next_ = 0;
+  std::vector<float> columns_, rows_of_x_;
+};
+
+// The product of a letter string's extents in the largest block of `t` (the rows a thin
+// product takes, the same on every rank).
+std::int64_t max_rows(const ShardedTensor& t, std::size_t letters) {
+  const Shape block = max_local_shape(t.spec(), t.mesh().shape(), t.global_shape());
+  std::int64_t rows = 1;
+  for (std::size_t i = 0; i < letters; ++i) rows *= block[i];
+  return rows;
+}
+
+// einsum's backward where its second operand is a weight w ("kn") the sink takes in rows
+// (GradSink::takes_rows) and both gradients are thin products on w's block as it is: the weight
+// is updated a panel of rows at a time as the panels of its gradient and of the input gradient
+// are computed, and w is read once. False, having done nothing, where this einsum is not of that
+// form; every condition follows from subscripts, specs and global shapes, so every rank answers
+// alike. The input gradient then goes to the sink as einsum_toward would give it.
+bool backward_in_rows(const EinsumSubscripts& sub, const Var& a, const Var& b, const ShardedTensor& g,
+                      GradSink& sink) {
+  // x: X + k, w: k + n, y: X + n, with X at least one letter.
+  if (sub.b.size() != 2 || sub.a.size() < 2 || !sink.takes_rows(1)) return false;
+  const char k = sub.b[0], n = sub.b[1];
+  const std::string x_letters = sub.a.substr(0, sub.a.size() - 1);
+  if (sub.a.back() != k || has(x_letters, k) || has(x_letters, n) || sub.out != x_letters + n) return false;
+  const ShardedTensor& w = b.value();
+  if (a.value().dtype() != DType::f32 || g.dtype() != DType::f32) return false;
+  // The weight gradient's operands, moved so that its product is w's block exactly.
+  const auto sub_w = EinsumSubscripts::parse(sub.a + "," + sub.out + "->" + sub.b);
+  const Spec want_w = w.spec().without_partial();
+  auto dw = std::make_unique<Contraction>();
+  plan_contraction(sub_w, a.value(), g, &want_w, *dw);
+  const std::size_t x_rank = x_letters.size();
+  // Partial only over axes of one rank (data=1), the product is already the block: what its
+  // reduction would leave.
+  Spec dw_spec = dw->spec;
+  const MeshShape& mesh = w.mesh().shape();
+  std::erase_if(dw_spec.partial, [&](const std::string& axis) { return mesh.axes_size({axis}) == 1; });
+  const bool thin_dw = dw_spec == w.spec() && thin_gemm_shape(w.local().shape()[0], w.local().shape()[1],
+                                                               max_rows(*dw->a, x_rank), true, false);
+  // The input gradient's operands: w must be read where it is.
+  std::unique_ptr<Contraction> dx;
+  if (sink.wants(0)) {
+    const auto sub_x = EinsumSubscripts::parse(sub.out + "," + sub.b + "->" + sub.a);
+    const Spec want_x = a.value().spec().without_partial();
+    dx = std::make_unique<Contraction>();
+    plan_contraction(sub_x, g, w, &want_x, *dx);
+  }
+  const bool thin_dx = !dx || (dx->b == &w && thin_gemm_shape(max_rows(*dx->a, x_rank), w.local().shape()[0],
+                                                               w.local().shape()[1], false, true));
+  if (!thin_dw || !thin_dx) {
+    // The products whole, from the operands already moved.
+    if (dx) sink.add(0, multiply(EinsumSubscripts::parse(sub.out + "," + sub.b + "->" + sub.a), *dx));
+    sink.add(1, multiply(sub_w, *dw));
+    return true;
+  }
+  std::optional<Tensor> dx_local;
+  if (dx) {
+    Shape block = dx->a->local().shape();
+    block.back() = w.local().shape()[0];
+    dx_local = Tensor::empty(block, DType::f32);  // every element is written, panel by panel
+  }
+  EinsumRows rows(w.local(), dw->a->local(), dw->b->local(), dx ? &dx->a->local() : nullptr,
+                  dx_local ? &*dx_local : nullptr);
+  sink.take_rows(1, rows);
+  if (rows.produced() != rows.rows()) {
+    throw Error("einsum: the weight gradient's consumer took " + std::to_string(rows.produced()) + " of " +
+                std::to_string(rows.rows()) + " rows");
+  }
+  if (dx) sink.add(0, ShardedTensor(a.value().mesh(), dx->spec, std::move(dx->shape), std::move(*dx_local)));
+  return true;
 }
 
 }  // namespace
@@ -242,6 +387,7 @@ Var einsum(std::string_view subscripts, const Var& a, const Var& b) {
   const auto sub = EinsumSubscripts::parse(subscripts);
   ShardedTensor out = einsum(subscripts, a.value(), b.value());
   return make_result("einsum", std::move(out), {a, b}, [sub, a, b](const ShardedTensor& g, GradSink& sink) {
+    if (backward_in_rows(sub, a, b, g, sink)) return;
     // d/da = einsum(out,b->a)(g, b); d/db = einsum(a,out->b)(a, g), each computed toward the
     // spec its cotangent is resharded to (its primal's, without partial axes).
     if (sink.wants(0)) {

@@ -54,31 +54,55 @@ OptState Optimizer::init(const ParamTree& params) const {
 
 void Optimizer::begin_step(OptState& state) const { state.count += 1; }
 
-void Optimizer::update_param(const std::string& path, ShardedTensor& p, const ShardedTensor& g,
-                             OptState& state) const {
-  check_grad(path, p, g);
+// Elements [begin, begin + count) of parameter `path`'s local block and of its state, updated
+// from `g` (those elements of the gradient, in the parameter's dtype).
+void Optimizer::update_elements(const std::string& path, ShardedTensor& p, OptState& state, std::int64_t begin,
+                                std::int64_t count, const void* g) const {
   const double t = state.count;
-  const std::int64_t n = p.local().numel();
   // Named references, not a structured binding: the dispatch lambda below captures them, which
   // clang before 16 refuses for bindings (the fuzz build compiles with clang 14).
   dispatch_dtype(p.dtype(), [&](auto zero) {
     using T = decltype(zero);
     if constexpr (std::is_floating_point_v<T>) {
+      const T* grad = static_cast<const T*>(g);
+      T* param = p.local().template data<T>() + begin;
       if (kind == Kind::sgd) {
-        T* trace = momentum != 0.0 ? state.mu.at(path).local().template data<T>() : nullptr;
-        sgd_block<T>(p.local().template data<T>(), g.local().template data<T>(), trace, n, T(learning_rate),
-                     T(momentum), nesterov);
+        T* trace = momentum != 0.0 ? state.mu.at(path).local().template data<T>() + begin : nullptr;
+        sgd_block<T>(param, grad, trace, count, T(learning_rate), T(momentum), nesterov);
       } else {
         const T c1 = T(1.0 / (1.0 - std::pow(b1, t)));
         const T c2 = T(1.0 / (1.0 - std::pow(b2, t)));
-        adam_block<T>(p.local().template data<T>(), g.local().template data<T>(),
-                      state.mu.at(path).local().template data<T>(), state.nu.at(path).local().template data<T>(), n,
-                      T(b1), T(b2), T(eps), T(learning_rate), c1, c2, T(kind == Kind::adamw ? weight_decay : 0.0));
+        adam_block<T>(param, grad, state.mu.at(path).local().template data<T>() + begin,
+                      state.nu.at(path).local().template data<T>() + begin, count, T(b1), T(b2), T(eps),
+                      T(learning_rate), c1, c2, T(kind == Kind::adamw ? weight_decay : 0.0));
       }
     } else {
       throw Error("optimizer: parameter '" + path + "' is not floating point");
     }
   });
+}
+
+void Optimizer::update_param(const std::string& path, ShardedTensor& p, const ShardedTensor& g,
+                             OptState& state) const {
+  check_grad(path, p, g);
+  update_elements(path, p, state, 0, p.local().numel(), g.local().raw());
+}
+
+void Optimizer::update_param_rows(const std::string& path, ShardedTensor& p, RowGradient& g, OptState& state) const {
+  const std::int64_t rows = g.rows(), width = g.row_elements();
+  if (p.dtype() != DType::f32 || rows * width != p.local().numel() ||
+      (p.local().ndim() > 0 && p.local().shape()[0] != rows)) {
+    throw ShapeError("optimizer: gradient of '" + path + "' comes in " + std::to_string(rows) + " rows of " +
+                     std::to_string(width) + " f32, parameter is " + p.describe());
+  }
+  const std::int64_t row_bytes = std::max<std::int64_t>(width, 1) * static_cast<std::int64_t>(sizeof(float));
+  const std::int64_t panel = std::max<std::int64_t>(1, kRowPanelBytes / row_bytes);
+  Tensor buffer = Tensor::empty({std::min(panel, rows) * width}, DType::f32);
+  for (std::int64_t begin = 0; begin < rows; begin += panel) {
+    const std::int64_t end = std::min(rows, begin + panel);
+    g.produce(begin, end, buffer.data<float>());
+    update_elements(path, p, state, begin * width, (end - begin) * width, buffer.data<float>());
+  }
 }
 
 void Optimizer::update(ParamTree& params, const ParamTree& grads, OptState& state) const {

@@ -40,6 +40,16 @@ struct Optimizer {
   // does for `path`, so that a train step can update each parameter as soon as its gradient is
   // final (nn::train_step) and get the same bits.
   void update_param(const std::string& path, ShardedTensor& p, const ShardedTensor& g, OptState& state) const;
+  // update_param with the gradient produced a panel of rows at a time (an f32 parameter; see
+  // RowGradient): each panel of about kRowPanelBytes is updated as soon as it is produced, while
+  // it and the parameter's rows are in cache, and the whole gradient never exists. The same bits
+  // as update_param, element by element.
+  void update_param_rows(const std::string& path, ShardedTensor& p, RowGradient& g, OptState& state) const;
+  static constexpr std::int64_t kRowPanelBytes = std::int64_t{128} << 10;
+
+ private:
+  void update_elements(const std::string& path, ShardedTensor& p, OptState& state, std::int64_t begin,
+                       std::int64_t count, const void* g) const;
   std::string to_string() const;
 };
 

@@ -59,9 +59,12 @@ class LentParams {
 // Takes each parameter's gradient, in its parameter's spec, as soon as it is final: the parameter
 // as the tape holds it (updated in place by train_step) and its path.
 using ApplyGradient = std::function<void(const std::string& path, ShardedTensor& param, const ShardedTensor& grad)>;
+// The same, for a gradient an op hands over in rows (GradOptions::ready_rows).
+using ApplyRows = std::function<void(const std::string& path, ShardedTensor& param, RowGradient& grad)>;
 
 LossAndGrads value_and_grad_lent(ParamTree& params, const LossFn& loss_fn, const Batch& batch,
-                                 const StepOptions& options, const ApplyGradient& apply = {});
+                                 const StepOptions& options, const ApplyGradient& apply = {},
+                                 const ApplyRows& apply_rows = {});
 
 }  // namespace
 
@@ -76,9 +79,12 @@ namespace {
 // With `apply` the gradients are not returned: each goes to `apply` during the last microbatch's
 // backward pass, when the tape reaches its parameter (GradOptions::ready), then those the
 // backward never reached (zeros), in the parameters' order. Either way each gradient is the sum
-// of the microbatches' in their order, resharded once and scaled, the same bits.
+// of the microbatches' in their order, resharded once and scaled, the same bits. With one
+// microbatch (nothing to sum or scale), a gradient an op can hand over in rows goes to
+// `apply_rows` instead (GradOptions::ready_rows).
 LossAndGrads value_and_grad_lent(ParamTree& params, const LossFn& loss_fn, const Batch& batch,
-                                 const StepOptions& options, const ApplyGradient& apply) {
+                                 const StepOptions& options, const ApplyGradient& apply,
+                                 const ApplyRows& apply_rows) {
   const int k = options.microbatches;
   if (k < 1) throw UsageError("microbatches must be >= 1, got " + std::to_string(k));
   LentParams lent(params, true);
@@ -116,13 +122,19 @@ LossAndGrads value_and_grad_lent(ParamTree& params, const LossFn& loss_fn, const
   for (int i = 0; i < k; ++i) {
     Batch mb{microbatch(batch.x, i, k), batch.y ? std::optional(microbatch(*batch.y, i, k)) : std::nullopt};
     Var loss = loss_fn(vars, mb);
-    GradOptions grad_options{false, {}, {}};
+    GradOptions grad_options{false, {}, {}, {}};
     if (apply && i == k - 1) {
       grad_options.ready = [&](std::size_t j, ShardedTensor g) {
         accumulate(j, std::move(g));
         apply(*paths[j], leaves[j].node()->value, finished(j));
         applied[j] = true;
       };
+      if (apply_rows && k == 1) {
+        grad_options.ready_rows = [&](std::size_t j, RowGradient& g) {
+          apply_rows(*paths[j], leaves[j].node()->value, g);
+          applied[j] = true;
+        };
+      }
     }
     auto grads = gradients(loss, leaves, grad_options);
     for (std::size_t j = 0; j < leaves.size(); ++j) {
@@ -151,22 +163,37 @@ double train_step(TrainState& state, const Optimizer& optimizer, const LossFn& l
                   const StepOptions& options) {
   // Each parameter is updated as soon as its gradient is final, while the backward pass goes on
   // to the layers before it: the gradient is still in cache, and it is freed at once.
+  // A weight whose layer's backward can produce its gradient in rows (einsum's, for a thin batch)
+  // is updated there, panel by panel, as each panel of the gradient is computed: the gradient is
+  // never written whole, and the weight's rows that the input gradient has just read are still in
+  // cache for the update.
   double optimizer_seconds = 0, optimizer_comm_seconds = 0;
+  int row_updates = 0;
   bool begun = false;
-  const ApplyGradient apply = [&](const std::string& path, ShardedTensor& param, const ShardedTensor& grad) {
+  const auto timed = [&](auto&& update) {
     const auto start = std::chrono::steady_clock::now();
     const double comm_before = CommStats::global().seconds();
     if (!begun) optimizer.begin_step(state.opt_state);
     begun = true;
-    optimizer.update_param(path, param, grad, state.opt_state);
+    update();
     optimizer_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     optimizer_comm_seconds += CommStats::global().seconds() - comm_before;
   };
-  const double loss = value_and_grad_lent(state.params, loss_fn, batch, options, apply).loss;
+  const ApplyGradient apply = [&](const std::string& path, ShardedTensor& param, const ShardedTensor& grad) {
+    timed([&] { optimizer.update_param(path, param, grad, state.opt_state); });
+  };
+  // The rows' time counts as the optimizer's, though it includes the input and weight gradients'
+  // products computed panel by panel inside it.
+  const ApplyRows apply_rows = [&](const std::string& path, ShardedTensor& param, RowGradient& grad) {
+    timed([&] { optimizer.update_param_rows(path, param, grad, state.opt_state); });
+    ++row_updates;
+  };
+  const double loss = value_and_grad_lent(state.params, loss_fn, batch, options, apply, apply_rows).loss;
   if (!begun) optimizer.begin_step(state.opt_state);  // a model without parameters
   if (options.times != nullptr) {
     options.times->optimizer_seconds = optimizer_seconds;
     options.times->optimizer_comm_seconds = optimizer_comm_seconds;
+    options.times->row_updates = row_updates;
   }
   state.step += 1;
   return loss;

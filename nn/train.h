@@ -31,6 +31,9 @@ using LossFn = std::function<Var(const VarTree& params, const Batch& batch)>;
 struct StepTimes {
   double optimizer_seconds = 0;
   double optimizer_comm_seconds = 0;
+  // Parameters updated inside their layer's backward, a panel of rows at a time as the
+  // gradient's rows were computed (Optimizer::update_param_rows; the gradient never whole).
+  int row_updates = 0;
 };
 
 struct StepOptions {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "mesh/sharded_tensor.h"
 
 namespace tessera::nn {
@@ -76,6 +77,22 @@ class NoTape {
   bool saved_;
 };
 
+// A variable's gradient that is never materialised whole: its consumer asks for it a panel of
+// rows at a time (rows of the variable's local block, dimension 0, each of row_elements()
+// elements, row-major) and uses each panel before asking for the next, while it is in cache.
+// The producer is an op whose backward reads the variable's value (einsum's input gradient
+// reads the weight): when it is asked for rows [begin, end), those rows of the variable still
+// hold the value they had in the forward pass; the consumer may change them afterwards.
+class RowGradient {
+ public:
+  virtual ~RowGradient() = default;
+  virtual std::int64_t rows() const = 0;
+  virtual std::int64_t row_elements() const = 0;
+  // Writes the gradient's rows [begin, end) to `out` (f32), each panel once, in increasing order
+  // from row 0.
+  virtual void produce(std::int64_t begin, std::int64_t end, float* out) = 0;
+};
+
 // Where an op's backward puts its inputs' cotangents.
 class GradSink {
  public:
@@ -91,6 +108,17 @@ class GradSink {
   // variable with GradOptions::reduce_to_spec false, or a reshard's result), rather than
   // resharded to its spec.
   virtual bool keeps_raw(int input) const { return false; }
+  // Whether inputs[input]'s gradient may be handed over in rows (take_rows) instead of added:
+  // a requested f32 variable (a parameter, with no op of its own) whose gradient this op's
+  // contribution completes (this op is its only use), with GradOptions::ready_rows set. The op
+  // then hands over rows of the variable's own block, in its spec, with nothing left to reduce.
+  // The same answer on every rank.
+  virtual bool takes_rows(int input) const { return false; }
+  // Hands inputs[input]'s gradient to GradOptions::ready_rows, which consumes every row before
+  // this returns (only where takes_rows(input)).
+  virtual void take_rows(int input, RowGradient& grad) {
+    throw Error("GradSink: input " + std::to_string(input) + " does not take its gradient in rows");
+  }
 };
 
 struct GradOptions {
@@ -106,6 +134,11 @@ struct GradOptions {
   // of the tape, the same on every rank, so `ready` may run collectives (nn::train_step reduces
   // and applies each parameter's gradient there, while the rest of the backward is still to come).
   std::function<void(std::size_t index, ShardedTensor grad)> ready;
+  // With `ready`: where an op can produce a requested variable's gradient in rows (GradSink::
+  // takes_rows), it is handed here instead of to `ready`, which is then not called for that
+  // variable; the callee consumes every row before returning (nn::train_step updates the
+  // parameter panel by panel, while the panel's gradient is in cache).
+  std::function<void(std::size_t index, RowGradient& grad)> ready_rows;
 };
 
 // Cotangents of `wrt` for the output `y` seeded with `seed` (same shape as y). Entries are

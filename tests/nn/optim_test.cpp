@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "models/mlp.h"
+#include "nn/einsum.h"
 #include "nn/optim.h"
 #include "nn/ops.h"
 #include "nn/train.h"
@@ -157,6 +158,80 @@ TEST(Gradients, ReadyHandsEachCotangentOverOnceItIsFinal) {
   EXPECT_FALSE(plain[3].has_value());
 }
 
+// GradOptions::ready_rows: einsum hands a thin weight's gradient over in rows (the weight read by
+// this einsum alone), panel by panel from row 0, each panel asked for while the weight's rows
+// still hold their values (the consumer here overwrites each panel's rows after taking it, as an
+// optimizer does); the rows and the input gradient have the bits of the plain backward pass. A
+// weight read twice (w2 in both terms) is final only after both reads: handed to `ready`, whole.
+TEST(Gradients, ReadyRowsHandsAThinWeightsGradientOverInPanels) {
+  Mesh mesh = self_mesh();
+  const auto leaf = [&](const Shape& shape, int seed) {
+    return Var(ShardedTensor::from_global(mesh, Spec::replicated(2), testing_util::test_values(shape, seed, DType::f32)),
+               true);
+  };
+  // k = 300 rows of 70: several panels of Optimizer::kRowPanelBytes and a short last one.
+  const Var x = leaf({5, 300}, 1), w1 = leaf({300, 70}, 2), w2 = leaf({70, 70}, 3);
+  const auto loss_of = [&](const Var& x1, const Var& a, const Var& b) {
+    const Var h = relu(einsum("bk,kn->bn", x1, a));
+    return sum(mul(einsum("bn,nm->bm", h, b), einsum("bn,nm->bm", h, b)));
+  };
+  const std::vector<Var> wrt = {x, w1, w2};
+  const Var y = loss_of(x, w1, w2);
+  const auto plain = gradients(y, wrt);
+  const Tensor w1_before = w1.value().local();
+  std::vector<std::optional<ShardedTensor>> handed(wrt.size());
+  std::optional<Tensor> rows_of_w1;
+  std::vector<std::pair<std::int64_t, std::int64_t>> panels;
+  GradOptions options;
+  options.ready = [&](std::size_t i, ShardedTensor g) { handed[i] = std::move(g); };
+  options.ready_rows = [&](std::size_t i, RowGradient& g) {
+    ASSERT_EQ(i, 1u);
+    ASSERT_EQ(g.rows(), 300);
+    ASSERT_EQ(g.row_elements(), 70);
+    rows_of_w1 = Tensor::zeros({300, 70}, DType::f32);
+    const std::int64_t panel = 128;
+    for (std::int64_t begin = 0; begin < g.rows(); begin += panel) {
+      const std::int64_t end = std::min(g.rows(), begin + panel);
+      g.produce(begin, end, rows_of_w1->data<float>() + begin * 70);
+      panels.emplace_back(begin, end);
+      // The update of those rows: the input gradient must have read them already.
+      std::fill_n(const_cast<Var&>(w1).node()->value.local().data<float>() + begin * 70, (end - begin) * 70, 1e6f);
+    }
+  };
+  const auto returned = gradients(y, wrt, options);
+  EXPECT_EQ(panels, (std::vector<std::pair<std::int64_t, std::int64_t>>{{0, 128}, {128, 256}, {256, 300}}));
+  ASSERT_TRUE(rows_of_w1.has_value());
+  EXPECT_TRUE(rows_of_w1->bit_equal(plain[1]->local()));
+  EXPECT_FALSE(handed[1].has_value());
+  EXPECT_FALSE(returned[1].has_value());
+  ASSERT_TRUE(handed[0].has_value());
+  EXPECT_TRUE(handed[0]->local().bit_equal(plain[0]->local()));
+  ASSERT_TRUE(handed[2].has_value());
+  EXPECT_TRUE(handed[2]->local().bit_equal(plain[2]->local()));
+  EXPECT_FALSE(w1.value().local().bit_equal(w1_before));
+}
+
+// A consumer that does not take every row is an error, not a weight half updated in silence.
+TEST(Gradients, ReadyRowsRefusesAConsumerThatStopsEarly) {
+  Mesh mesh = self_mesh();
+  const Var x(ShardedTensor::from_global(mesh, Spec::replicated(2), testing_util::test_values({4, 40}, 1, DType::f32)));
+  const Var w(ShardedTensor::from_global(mesh, Spec::replicated(2), testing_util::test_values({40, 8}, 2, DType::f32)),
+              true);
+  const Var y = sum(einsum("bk,kn->bn", x, w));
+  GradOptions options;
+  options.ready = [](std::size_t, ShardedTensor) {};
+  options.ready_rows = [](std::size_t, RowGradient& g) {
+    std::vector<float> out(static_cast<std::size_t>(10 * g.row_elements()));
+    g.produce(0, 10, out.data());
+  };
+  try {
+    gradients(y, {w}, options);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "einsum: the weight gradient's consumer took 10 of 40 rows");
+  }
+}
+
 // train_step updates each parameter during the backward pass, as soon as its gradient is final
 // (the tape's GradOptions::ready): the same bits as value_and_grad followed by Optimizer::update,
 // step after step, with one microbatch and with two, for a parameter the loss never reaches (its
@@ -165,32 +240,45 @@ TEST(Gradients, ReadyHandsEachCotangentOverOnceItIsFinal) {
 TEST(TrainStep, UpdatesDuringTheBackwardWithTheBitsOfUpdateAfterIt) {
   const int n = testing_support::world_size();
   for (const MeshShape& shape : {MeshShape({"data", "model"}, {1, n}), MeshShape({"data", "model"}, {n, 1})}) {
+   for (const std::int64_t depth : {16, 520}) {
     Mesh mesh = Mesh::world(shape);
     for (const bool scan : {false, true}) {
       for (const int microbatches : {1, 2}) {
         const std::string label = shape.to_string() + (scan ? " scan" : " loop") + " microbatches " +
-                                  std::to_string(microbatches);
-        MLP mlp{3, 16, scan, false};
-        ParamTree params = init_params(abstract_init(mlp, mesh.shape(), tutorial_rules(), {4 * n, 8}), mesh, 3);
+                                  std::to_string(microbatches) + " depth " + std::to_string(depth);
+        MLP mlp{3, depth, scan, false};
+        // Depth 520: the tutorial's square weights (features = depth), several panels each.
+        const std::int64_t features = depth == 520 ? depth : 8;
+        ParamTree params =
+            init_params(abstract_init(mlp, mesh.shape(), tutorial_rules(), {4 * n, features}), mesh, 3);
         params.emplace("unused", ShardedTensor::from_fn(
                                      mesh, Spec(), {5}, DType::f32, [](std::int64_t i) { return 1.0 + i; }, "unused"));
         const Optimizer opt = adamw(1e-2, 0.1);
         TrainState fused = create_train_state(params, opt);
         TrainState after = create_train_state(params, opt);
         const LossFn loss_fn = [&](const VarTree& p, const Batch& batch) {
-          return sum(mul(mlp.apply(ParamView(p), ApplyContext{tutorial_rules()}, Var(batch.x)),
-                         mlp.apply(ParamView(p), ApplyContext{tutorial_rules()}, Var(batch.x))));
+          const Var y = mlp.apply(ParamView(p), ApplyContext{tutorial_rules()}, Var(batch.x));
+          return sum(mul(y, y));
         };
         StepOptions options;
         options.microbatches = microbatches;
+        StepTimes times;
+        options.times = &times;
         for (int step = 0; step < 3; ++step) {
           const Batch batch{ShardedTensor::from_fn(
-              mesh, parse_spec("P(data, None)"), {4 * n, 8}, DType::f32,
+              mesh, parse_spec("P(data, None)"), {4 * n, features}, DType::f32,
               [step](std::int64_t i) { return 0.1 * ((i * 7 + step) % 11) - 0.5; }, "x")};
           const double loss = train_step(fused, opt, loss_fn, batch, options);
           LossAndGrads lg = value_and_grad(after.params, loss_fn, batch, options);
           opt.update(after.params, lg.grads, after.opt_state);
           EXPECT_EQ(loss, lg.loss) << label << " step " << step;
+          // At depth 520 the loop's six weights go in rows (a batch of at most 16 rows, several
+          // panels each); not the scan's stacked weights, nor with two microbatches to sum. At
+          // depth 16 on data=4 the weight gradient is cheaper to all-reduce than its operands to
+          // gather (einsum_toward): a partial product, taken whole.
+          if (depth == 520 || shape.size() <= 2) {
+            EXPECT_EQ(times.row_updates, !scan && microbatches == 1 ? 6 : 0) << label << " step " << step;
+          }
         }
         EXPECT_EQ(fused.step, 3) << label;
         EXPECT_EQ(fused.opt_state.count, after.opt_state.count) << label;
@@ -205,6 +293,7 @@ TEST(TrainStep, UpdatesDuringTheBackwardWithTheBitsOfUpdateAfterIt) {
         EXPECT_FALSE(fused.params.at("unused").local().bit_equal(params.at("unused").local())) << label;
       }
     }
+   }
   }
 }
 
