@@ -321,6 +321,7 @@ struct Measured {
   MeshShape mesh;
   std::vector<double> ms;      // the timed steps, the slowest rank of each
   double comm_bytes = 0;       // bytes one rank sends in one step (CommStats), the most of any rank
+  int row_updates = 0;         // parameters a step updates in rows, inside their layer's backward
   double flops_per_rank = 0;   // matrix FLOPs of one step on one rank
   double local_params = 0;     // fp32 parameters one rank updates
   std::vector<std::int64_t> local_blocks;  // their blocks' sizes, one per parameter
@@ -334,12 +335,14 @@ struct Measured {
 // before its parameters and optimizer state are allocated.
 using BeforeState = std::function<void(const Measured&)>;
 
-// Times o.steps train steps (after o.warmup) of `loss_fn` on `batch`; `comm_bytes` receives the
-// bytes the busiest rank's collectives send in the last step (the same in every step).
-std::vector<double> time_steps(const Options& o, nn::TrainState& state, const nn::Optimizer& optimizer,
-                               const nn::LossFn& loss_fn, const nn::Batch& batch, const nn::StepOptions& options,
-                               double& comm_bytes) {
-  std::vector<double> ms;
+// Times o.steps train steps (after o.warmup) of `loss_fn` on `batch` into w.ms; w.comm_bytes
+// receives the bytes the busiest rank's collectives send in the last step (the same in every
+// step) and w.row_updates the parameters that step updated in rows (StepTimes).
+void time_steps(const Options& o, nn::TrainState& state, const nn::Optimizer& optimizer, const nn::LossFn& loss_fn,
+                const nn::Batch& batch, nn::StepOptions options, Measured& w) {
+  nn::StepTimes times;
+  options.times = &times;
+  w.ms.clear();
   for (int i = 0; i < o.warmup + o.steps; ++i) {
     MPI_Barrier(MPI_COMM_WORLD);
     const CommScope scope;
@@ -347,10 +350,10 @@ std::vector<double> time_steps(const Options& o, nn::TrainState& state, const nn
     nn::train_step(state, optimizer, loss_fn, batch, options);
     // A step ends when its slowest rank ends.
     const double t = allreduce(seconds_since(start) * 1e3, MPI_MAX);
-    if (i >= o.warmup) ms.push_back(t);
-    if (i == o.warmup + o.steps - 1) comm_bytes = allreduce(static_cast<double>(scope.total_bytes()), MPI_MAX);
+    if (i >= o.warmup) w.ms.push_back(t);
+    if (i == o.warmup + o.steps - 1) w.comm_bytes = allreduce(static_cast<double>(scope.total_bytes()), MPI_MAX);
   }
-  return ms;
+  w.row_updates = times.row_updates;
 }
 
 // The elements of each parameter's largest block on `mesh`, and their sum.
@@ -422,7 +425,7 @@ Measured run_mlp(const Options& o, int world_size, const BeforeState& before_sta
   nn::StepOptions step_options;
   step_options.reduction = nn::StepOptions::Reduction::sum;
   const nn::Batch batch = data.batch(0);
-  w.ms = time_steps(o, state, optimizer, loss_fn, batch, step_options, w.comm_bytes);
+  time_steps(o, state, optimizer, loss_fn, batch, step_options, w);
   return w;
 }
 
@@ -485,7 +488,7 @@ Measured run_lm(const Options& o, int world_size, const BeforeState& before_stat
   const nn::LossFn loss_fn = [&](const nn::VarTree& params, const nn::Batch& b) {
     return model.loss(nn::ParamView(params), b.x, *b.y);
   };
-  w.ms = time_steps(o, state, optimizer, loss_fn, batch, nn::StepOptions{}, w.comm_bytes);
+  time_steps(o, state, optimizer, loss_fn, batch, nn::StepOptions{}, w);
   return w;
 }
 
@@ -616,13 +619,13 @@ int run(const Options& o, int world_rank, int world_size) {
         "\"scan\":%s,\"steps\":%d,\"ms_median\":%.3f,\"ms_min\":%.3f,\"ms_max\":%.3f,\"floor_ms\":%.3f,"
         "\"ratio\":%.3f,\"compute_floor_ms\":%.3f,\"memory_floor_ms\":%.3f,\"ranks_per_core\":%.3f,"
         "\"gflop_per_rank\":%.4f,\"mb_per_rank\":%.3f,\"strategy\":\"%s\","
-        "\"params_per_rank\":%.0f,\"comm_mb_per_rank\":%.3f,\"peak_rss_mb\":%.1f}\n",
+        "\"params_per_rank\":%.0f,\"comm_mb_per_rank\":%.3f,\"row_updates\":%d,\"peak_rss_mb\":%.1f}\n",
         o.model.c_str(), mesh_shape.to_string().c_str(), world_size, static_cast<long long>(o.batch), o.layers,
         sizes, o.scan ? "true" : "false", o.steps, med,
         *std::min_element(ms.begin(), ms.end()), *std::max_element(ms.begin(), ms.end()), floor_ms, med / floor_ms,
         compute_floor_ms, memory_floor_ms, share,
         flops_per_rank / 1e9, bytes_per_rank / 1e6, o.strategy.empty() ? "mesh" : o.strategy.c_str(), w.local_params,
-        w.comm_bytes / 1e6, peak_rss / 1e6);
+        w.comm_bytes / 1e6, w.row_updates, peak_rss / 1e6);
     std::fflush(stdout);
   }
   return 0;

@@ -188,7 +188,9 @@ double train_step(TrainState& state, const Optimizer& optimizer, const LossFn& l
     timed([&] { optimizer.update_param_rows(path, param, grad, state.opt_state); });
     ++row_updates;
   };
-  const double loss = value_and_grad_lent(state.params, loss_fn, batch, options, apply, apply_rows).loss;
+  const double loss =
+      value_and_grad_lent(state.params, loss_fn, batch, options, apply, options.update_in_rows ? apply_rows : ApplyRows{})
+          .loss;
   if (!begun) optimizer.begin_step(state.opt_state);  // a model without parameters
   if (options.times != nullptr) {
     options.times->optimizer_seconds = optimizer_seconds;

@@ -43,6 +43,10 @@ struct StepOptions {
   // How microbatch losses combine: a sum loss adds, a mean loss averages.
   enum class Reduction { sum, mean } reduction = Reduction::mean;
   StepTimes* times = nullptr;
+  // train_step: update a weight inside its layer's backward a panel of rows at a time where the
+  // layer can produce its gradient in rows (GradOptions::ready_rows); false takes every gradient
+  // whole. The same bits either way.
+  bool update_in_rows = true;
 };
 
 // Value and gradients of the loss, gradients in their parameters' specs.
