@@ -265,8 +265,14 @@ class EinsumRows : public RowGradient {
   EinsumRows(const Tensor& w, const Tensor& x_dw, const Tensor& g_dw, const Tensor* g_dx, Tensor* dx)
       : w_(w.data<float>()), x_dw_(x_dw.data<float>()), g_dw_(g_dw.data<float>()),
         g_dx_(g_dx != nullptr ? g_dx->data<float>() : nullptr), dx_(dx != nullptr ? dx->data<float>() : nullptr),
-        k_(w.shape()[0]), n_(w.shape()[1]), m_dw_(x_dw.numel() / std::max<std::int64_t>(k_, 1)),
-        m_dx_(g_dx != nullptr ? g_dx->numel() / std::max<std::int64_t>(n_, 1) : 0) {}
+        k_(w.shape()[0]), n_(w.shape()[1]), m_dw_(leading(x_dw)), m_dx_(g_dx != nullptr ? leading(*g_dx) : 0) {}
+
+  // The rows of an operand [X..., last]: the product of the X extents (zero-sized blocks too).
+  static std::int64_t leading(const Tensor& t) {
+    std::int64_t rows = 1;
+    for (int d = 0; d + 1 < t.ndim(); ++d) rows *= t.shape()[d];
+    return rows;
+  }
 
   std::int64_t rows() const override { return k_; }
   std::int64_t row_elements() const override { return n_; }
@@ -302,6 +308,9 @@ class EinsumRows : public RowGradient {
   std::vector<float> columns_, rows_of_x_;
 };
 
+// The most rows of a thin product (core/kernels.h, thin_gemm_shape).
+constexpr std::int64_t kThinRows = 16;
+
 // The product of a letter string's extents in the largest block of `t` (the rows a thin
 // product takes, the same on every rank).
 std::int64_t max_rows(const ShardedTensor& t, std::size_t letters) {
@@ -326,12 +335,14 @@ bool backward_in_rows(const EinsumSubscripts& sub, const Var& a, const Var& b, c
   if (sub.a.back() != k || has(x_letters, k) || has(x_letters, n) || sub.out != x_letters + n) return false;
   const ShardedTensor& w = b.value();
   if (a.value().dtype() != DType::f32 || g.dtype() != DType::f32) return false;
+  // Rows that no move can make thin (moving a letter only gathers it): the plain backward.
+  const std::size_t x_rank = x_letters.size();
+  if (max_rows(a.value(), x_rank) > kThinRows || max_rows(g, x_rank) > kThinRows) return false;
   // The weight gradient's operands, moved so that its product is w's block exactly.
   const auto sub_w = EinsumSubscripts::parse(sub.a + "," + sub.out + "->" + sub.b);
   const Spec want_w = w.spec().without_partial();
   auto dw = std::make_unique<Contraction>();
   plan_contraction(sub_w, a.value(), g, &want_w, *dw);
-  const std::size_t x_rank = x_letters.size();
   // Partial only over axes of one rank (data=1), the product is already the block: what its
   // reduction would leave.
   Spec dw_spec = dw->spec;

@@ -1,6 +1,7 @@
 // Optimizers against optax's update rules written out by hand, over several steps; the train
-// step's update of each parameter during the backward pass (GradOptions::ready) against the
-// update after it; and the inference step (lends the parameters, leaves them unchanged).
+// step's update of each parameter during the backward pass (GradOptions::ready, and in rows:
+// ready_rows) against the update after it; and the inference step (lends the parameters, leaves
+// them unchanged).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -211,6 +212,43 @@ TEST(Gradients, ReadyRowsHandsAThinWeightsGradientOverInPanels) {
   EXPECT_FALSE(w1.value().local().bit_equal(w1_before));
 }
 
+// On a mesh that splits the weight's 3 columns over every rank (some blocks empty, uneven): each
+// rank's rows are its block of the plain gradient, and the input gradient (each rank's partial
+// product, all-reduced) has the plain bits.
+TEST(Gradients, ReadyRowsOnUnevenAndEmptyBlocks) {
+  const int n = testing_support::world_size();
+  Mesh mesh = Mesh::world(MeshShape({"data", "model"}, {1, n}));
+  // One row against 400: the input gradient's all-reduce costs less than gathering w (a
+  // partial product, w read where it is; einsum_toward).
+  const Var x(ShardedTensor::from_global(mesh, Spec::replicated(2), testing_util::test_values({1, 400}, 1, DType::f32)),
+              true);
+  const Var w(ShardedTensor::from_global(mesh, parse_spec("P(None, model)"),
+                                         testing_util::test_values({400, 3}, 2, DType::f32)),
+              true);
+  const auto loss = [&] {
+    const Var y = einsum("bk,kn->bn", x, w);
+    return sum(mul(y, y));
+  };
+  const auto plain = gradients(loss(), {x, w});
+  std::optional<ShardedTensor> dx;
+  std::optional<Tensor> rows;
+  GradOptions options;
+  options.ready = [&](std::size_t i, ShardedTensor g) {
+    ASSERT_EQ(i, 0u);
+    dx = std::move(g);
+  };
+  options.ready_rows = [&](std::size_t i, RowGradient& g) {
+    ASSERT_EQ(i, 1u);
+    rows = Tensor::zeros(w.value().local().shape(), DType::f32);
+    if (g.rows() > 0) g.produce(0, g.rows(), rows->data<float>());
+  };
+  gradients(loss(), {x, w}, options);
+  ASSERT_TRUE(rows.has_value());
+  EXPECT_TRUE(rows->bit_equal(plain[1]->local()));
+  ASSERT_TRUE(dx.has_value());
+  EXPECT_TRUE(dx->to_global().bit_equal(plain[0]->to_global()));
+}
+
 // A consumer that does not take every row is an error, not a weight half updated in silence.
 TEST(Gradients, ReadyRowsRefusesAConsumerThatStopsEarly) {
   Mesh mesh = self_mesh();
@@ -233,10 +271,12 @@ TEST(Gradients, ReadyRowsRefusesAConsumerThatStopsEarly) {
 }
 
 // train_step updates each parameter during the backward pass, as soon as its gradient is final
-// (the tape's GradOptions::ready): the same bits as value_and_grad followed by Optimizer::update,
-// step after step, with one microbatch and with two, for a parameter the loss never reaches (its
-// gradient zeros; AdamW's decay still moves it), and on a mesh that splits the weights and one
-// that replicates them (whose gradients are all-reduced during the backward).
+// (the tape's GradOptions::ready; a thin weight a panel of rows at a time inside its einsum's
+// backward, GradOptions::ready_rows, unless StepOptions::update_in_rows is false): the same bits
+// as value_and_grad followed by Optimizer::update, step after step, with one microbatch and with
+// two, for a parameter the loss never reaches (its gradient zeros; AdamW's decay still moves it),
+// and on a mesh that splits the weights and one that replicates them (whose gradients are
+// all-reduced during the backward, or computed whole from gathered operands).
 TEST(TrainStep, UpdatesDuringTheBackwardWithTheBitsOfUpdateAfterIt) {
   const int n = testing_support::world_size();
   for (const MeshShape& shape : {MeshShape({"data", "model"}, {1, n}), MeshShape({"data", "model"}, {n, 1})}) {
@@ -256,6 +296,7 @@ TEST(TrainStep, UpdatesDuringTheBackwardWithTheBitsOfUpdateAfterIt) {
         const Optimizer opt = adamw(1e-2, 0.1);
         TrainState fused = create_train_state(params, opt);
         TrainState after = create_train_state(params, opt);
+        TrainState whole = create_train_state(params, opt);  // StepOptions::update_in_rows false
         const LossFn loss_fn = [&](const VarTree& p, const Batch& batch) {
           const Var y = mlp.apply(ParamView(p), ApplyContext{tutorial_rules()}, Var(batch.x));
           return sum(mul(y, y));
@@ -279,15 +320,23 @@ TEST(TrainStep, UpdatesDuringTheBackwardWithTheBitsOfUpdateAfterIt) {
           if (depth == 520 || shape.size() <= 2) {
             EXPECT_EQ(times.row_updates, !scan && microbatches == 1 ? 6 : 0) << label << " step " << step;
           }
+          StepOptions without_rows = options;
+          without_rows.update_in_rows = false;
+          EXPECT_EQ(train_step(whole, opt, loss_fn, batch, without_rows), loss) << label << " step " << step;
+          EXPECT_EQ(times.row_updates, 0) << label << " step " << step;
         }
         EXPECT_EQ(fused.step, 3) << label;
         EXPECT_EQ(fused.opt_state.count, after.opt_state.count) << label;
-        for (const auto* tree : {&fused.params, &fused.opt_state.mu, &fused.opt_state.nu}) {
-          const ParamTree& want = tree == &fused.params ? after.params
-                                  : tree == &fused.opt_state.mu ? after.opt_state.mu : after.opt_state.nu;
-          ASSERT_EQ(tree->size(), want.size()) << label;
-          for (const auto& [path, value] : *tree) {
-            EXPECT_TRUE(value.local().bit_equal(want.at(path).local())) << label << " " << path;
+        for (const TrainState* got : {&fused, &whole}) {
+          for (const auto* tree : {&got->params, &got->opt_state.mu, &got->opt_state.nu}) {
+            const ParamTree& want = tree == &got->params        ? after.params
+                                    : tree == &got->opt_state.mu ? after.opt_state.mu
+                                                                 : after.opt_state.nu;
+            ASSERT_EQ(tree->size(), want.size()) << label;
+            for (const auto& [path, value] : *tree) {
+              EXPECT_TRUE(value.local().bit_equal(want.at(path).local()))
+                  << label << (got == &whole ? " whole " : " ") << path;
+            }
           }
         }
         EXPECT_FALSE(fused.params.at("unused").local().bit_equal(params.at("unused").local())) << label;
