@@ -323,9 +323,11 @@ std::int64_t max_rows(const ShardedTensor& t, std::size_t letters) {
 // einsum's backward where its second operand is a weight w ("kn") the sink takes in rows
 // (GradSink::takes_rows) and both gradients are thin products on w's block as it is: the weight
 // is updated a panel of rows at a time as the panels of its gradient and of the input gradient
-// are computed, and w is read once. False, having done nothing, where this einsum is not of that
-// form; every condition follows from subscripts, specs and global shapes, so every rank answers
-// alike. The input gradient then goes to the sink as einsum_toward would give it.
+// are computed, and w is read once; the input gradient then goes to the sink as einsum_toward
+// would give it. False, having done nothing, where the subscripts, dtypes or rows rule it out
+// before any plan; where the planned operands turn out not to allow it, both gradients are taken
+// whole from them (true). Every condition follows from subscripts, specs and global shapes, so
+// every rank answers alike.
 bool backward_in_rows(const EinsumSubscripts& sub, const Var& a, const Var& b, const ShardedTensor& g,
                       GradSink& sink) {
   // x: X + k, w: k + n, y: X + n, with X at least one letter.
@@ -348,8 +350,11 @@ bool backward_in_rows(const EinsumSubscripts& sub, const Var& a, const Var& b, c
   Spec dw_spec = dw->spec;
   const MeshShape& mesh = w.mesh().shape();
   std::erase_if(dw_spec.partial, [&](const std::string& axis) { return mesh.axes_size({axis}) == 1; });
-  const bool thin_dw = dw_spec == w.spec() && thin_gemm_shape(w.local().shape()[0], w.local().shape()[1],
-                                                               max_rows(*dw->a, x_rank), true, false);
+  // w's largest block (not this rank's): the same answer on every rank; a smaller block's
+  // products are thin when the largest one's are.
+  const Shape w_block = max_local_shape(w.spec(), mesh, w.global_shape());
+  const bool thin_dw =
+      dw_spec == w.spec() && thin_gemm_shape(w_block[0], w_block[1], max_rows(*dw->a, x_rank), true, false);
   // The input gradient's operands: w must be read where it is.
   std::unique_ptr<Contraction> dx;
   if (sink.wants(0)) {
@@ -358,8 +363,8 @@ bool backward_in_rows(const EinsumSubscripts& sub, const Var& a, const Var& b, c
     dx = std::make_unique<Contraction>();
     plan_contraction(sub_x, g, w, &want_x, *dx);
   }
-  const bool thin_dx = !dx || (dx->b == &w && thin_gemm_shape(max_rows(*dx->a, x_rank), w.local().shape()[0],
-                                                               w.local().shape()[1], false, true));
+  const bool thin_dx =
+      !dx || (dx->b == &w && thin_gemm_shape(max_rows(*dx->a, x_rank), w_block[0], w_block[1], false, true));
   if (!thin_dw || !thin_dx) {
     // The products whole, from the operands already moved.
     if (dx) sink.add(0, multiply(EinsumSubscripts::parse(sub.out + "," + sub.b + "->" + sub.a), *dx));
