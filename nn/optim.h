@@ -48,7 +48,8 @@ struct Optimizer {
   // A panel and its gradient take half of a 1 MiB L2. Timed in one process, steps alternating
   // with whole gradients (B8, Zen 5): depth 4096 on one rank 221-223 ms -> 217 at 128 KiB, 215.5
   // at 256, 213 at 512; depth 1024 on one rank 6.2 -> 6.3 at 128, 6.07 at 256, 6.17 at 512; on
-  // 1x2 2.93 -> 3.10 at 128, 2.82 -> 2.91 at 256, 2.90 -> 2.84 at 512.
+  // 1x2 2.93 -> 3.10 at 128, 2.82 -> 2.91 at 256, 2.90 -> 2.84 at 512. 1 MiB measured faster in
+  // separate runs and is not taken yet: docs/design.md, "Performance model" (the floor's bound).
   static constexpr std::int64_t kRowPanelBytes = std::int64_t{256} << 10;
 
  private:
