@@ -155,7 +155,7 @@ constexpr int kVectorBytes = 16;
 constexpr int kSkinnyRows = kVectorBytes == 64 ? 8 : 6;
 constexpr int kDotRowsOfA = 4;
 constexpr int kDotRowsOfB = kVectorBytes == 64 ? 4 : 2;
-constexpr int kSkinnyLimit = 16;  // the thin side's largest size for these kernels
+constexpr std::int64_t kSkinnyLimit = kThinGemmRows;
 // With AVX-512's 32 registers, 5-8 rows of A (a batch of 8 on one rank) take one tile of up to 8
 // x 2 accumulators instead of two blocks of 4 x 4, when those rows fit in L1 together
 // (kWideDotBytes): the two blocks read each row of B twice, the second time from L2.

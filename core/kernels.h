@@ -24,6 +24,8 @@ void batched_gemm(const Tensor& a, const Tensor& b, Tensor& c, std::int64_t batc
 // [r0, r1) at a time: C's rows with trans_a, its columns with trans_b) gives each element the
 // bits batched_gemm gives it in the whole product.
 bool thin_gemm_shape(std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a, bool trans_b);
+// The thin side's largest size for these kernels.
+inline constexpr std::int64_t kThinGemmRows = 16;
 void thin_gemm(const float* a, const float* b, float* c, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a,
                bool trans_b);
 

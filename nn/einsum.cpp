@@ -308,9 +308,6 @@ class EinsumRows : public RowGradient {
   std::vector<float> columns_, rows_of_x_;
 };
 
-// The most rows of a thin product (core/kernels.h, thin_gemm_shape).
-constexpr std::int64_t kThinRows = 16;
-
 // The product of a letter string's extents in the largest block of `t` (the rows a thin
 // product takes, the same on every rank).
 std::int64_t max_rows(const ShardedTensor& t, std::size_t letters) {
@@ -339,7 +336,7 @@ bool backward_in_rows(const EinsumSubscripts& sub, const Var& a, const Var& b, c
   if (a.value().dtype() != DType::f32 || g.dtype() != DType::f32) return false;
   // Rows that no move can make thin (moving a letter only gathers it): the plain backward.
   const std::size_t x_rank = x_letters.size();
-  if (max_rows(a.value(), x_rank) > kThinRows || max_rows(g, x_rank) > kThinRows) return false;
+  if (max_rows(a.value(), x_rank) > kThinGemmRows || max_rows(g, x_rank) > kThinGemmRows) return false;
   // The weight gradient's operands, moved so that its product is w's block exactly.
   const auto sub_w = EinsumSubscripts::parse(sub.a + "," + sub.out + "->" + sub.b);
   const Spec want_w = w.spec().without_partial();
@@ -356,9 +353,9 @@ bool backward_in_rows(const EinsumSubscripts& sub, const Var& a, const Var& b, c
   const bool thin_dw =
       dw_spec == w.spec() && thin_gemm_shape(w_block[0], w_block[1], max_rows(*dw->a, x_rank), true, false);
   // The input gradient's operands: w must be read where it is.
+  const auto sub_x = EinsumSubscripts::parse(sub.out + "," + sub.b + "->" + sub.a);
   std::unique_ptr<Contraction> dx;
   if (sink.wants(0)) {
-    const auto sub_x = EinsumSubscripts::parse(sub.out + "," + sub.b + "->" + sub.a);
     const Spec want_x = a.value().spec().without_partial();
     dx = std::make_unique<Contraction>();
     plan_contraction(sub_x, g, w, &want_x, *dx);
@@ -367,7 +364,7 @@ bool backward_in_rows(const EinsumSubscripts& sub, const Var& a, const Var& b, c
       !dx || (dx->b == &w && thin_gemm_shape(max_rows(*dx->a, x_rank), w_block[0], w_block[1], false, true));
   if (!thin_dw || !thin_dx) {
     // The products whole, from the operands already moved.
-    if (dx) sink.add(0, multiply(EinsumSubscripts::parse(sub.out + "," + sub.b + "->" + sub.a), *dx));
+    if (dx) sink.add(0, multiply(sub_x, *dx));
     sink.add(1, multiply(sub_w, *dw));
     return true;
   }
