@@ -249,7 +249,7 @@ int run(const Options& o, int world_rank) {
         char line[256];
         std::snprintf(line, sizeof line, "{\"step\":%lld,\"loss\":%.17g,\"ms\":%.3f,\"samples_per_s\":%.3f",
                       static_cast<long long>(step + 1), loss, ms, samples_per_s);
-        metrics << line << apps::metrics_fields(profile) << ",\"row_updates\":" << times.row_updates
+        metrics << line << apps::metrics_fields(profile) << ",\"row_updates\":" << times.row_updates.size()
                 << ",\"peak_tensor_bytes\":" << peak_bytes << "}\n" << std::flush;
       }
     }

@@ -277,6 +277,9 @@ class EinsumRows : public RowGradient {
   std::int64_t rows() const override { return k_; }
   std::int64_t row_elements() const override { return n_; }
   std::int64_t produced() const { return next_; }
+  double input_grad_flops() const override {
+    return dx_ != nullptr ? 2.0 * static_cast<double>(m_dx_) * static_cast<double>(k_) * static_cast<double>(n_) : 0.0;
+  }
 
   void produce(std::int64_t begin, std::int64_t end, float* out) override {
     if (begin != next_ || end <= begin || end > k_) {

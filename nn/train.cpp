@@ -168,7 +168,7 @@ double train_step(TrainState& state, const Optimizer& optimizer, const LossFn& l
   // never written whole, and the weight's rows that the input gradient has just read are still in
   // cache for the update.
   double optimizer_seconds = 0, optimizer_comm_seconds = 0;
-  int row_updates = 0;
+  std::vector<RowUpdate> row_updates;
   bool begun = false;
   const auto timed = [&](auto&& update) {
     const auto start = std::chrono::steady_clock::now();
@@ -186,7 +186,7 @@ double train_step(TrainState& state, const Optimizer& optimizer, const LossFn& l
   // products computed panel by panel inside it.
   const ApplyRows apply_rows = [&](const std::string& path, ShardedTensor& param, RowGradient& grad) {
     timed([&] { optimizer.update_param_rows(path, param, grad, state.opt_state); });
-    ++row_updates;
+    row_updates.push_back({path, param.local().numel(), grad.input_grad_flops()});
   };
   const double loss =
       value_and_grad_lent(state.params, loss_fn, batch, options, apply, options.update_in_rows ? apply_rows : ApplyRows{})
@@ -195,7 +195,7 @@ double train_step(TrainState& state, const Optimizer& optimizer, const LossFn& l
   if (options.times != nullptr) {
     options.times->optimizer_seconds = optimizer_seconds;
     options.times->optimizer_comm_seconds = optimizer_comm_seconds;
-    options.times->row_updates = row_updates;
+    options.times->row_updates = std::move(row_updates);
   }
   state.step += 1;
   return loss;

@@ -4,6 +4,8 @@
 
 #include <functional>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "nn/optim.h"
 #include "nn/params.h"
@@ -28,12 +30,20 @@ using LossFn = std::function<Var(const VarTree& params, const Batch& batch)>;
 
 // Filled by train_step when StepOptions::times is set: the optimizer's wall-clock seconds on this
 // rank, and the part of them spent inside collectives.
+// A parameter a step updated inside its layer's backward, a panel of rows at a time.
+struct RowUpdate {
+  std::string path;
+  std::int64_t elements = 0;    // of this rank's block
+  double input_grad_flops = 0;  // computed from the same panels on this rank (RowGradient)
+};
+
 struct StepTimes {
   double optimizer_seconds = 0;
   double optimizer_comm_seconds = 0;
   // Parameters updated inside their layer's backward, a panel of rows at a time as the
-  // gradient's rows were computed (Optimizer::update_param_rows; the gradient never whole).
-  int row_updates = 0;
+  // gradient's rows were computed (Optimizer::update_param_rows; the gradient never whole), in
+  // the order updated.
+  std::vector<RowUpdate> row_updates;
 };
 
 struct StepOptions {

@@ -91,6 +91,9 @@ class RowGradient {
   // Writes the gradient's rows [begin, end) to `out` (f32), each panel once, in increasing order
   // from row 0.
   virtual void produce(std::int64_t begin, std::int64_t end, float* out) = 0;
+  // The matrix FLOPs produce() computes over all rows besides the gradient's own (einsum's input
+  // gradient, from the same rows of the variable): for cost models (bench_train's floor).
+  virtual double input_grad_flops() const { return 0; }
 };
 
 // Where an op's backward puts its inputs' cotangents.

@@ -318,12 +318,26 @@ TEST(TrainStep, UpdatesDuringTheBackwardWithTheBitsOfUpdateAfterIt) {
           // depth 16 on data=4 the weight gradient is cheaper to all-reduce than its operands to
           // gather (einsum_toward): a partial product, taken whole.
           if (depth == 520 || shape.size() <= 2) {
-            EXPECT_EQ(times.row_updates, !scan && microbatches == 1 ? 6 : 0) << label << " step " << step;
+            EXPECT_EQ(times.row_updates.size(), !scan && microbatches == 1 ? 6u : 0u) << label << " step " << step;
+          }
+          // Each record: the weight, its block here, and the input gradient computed from its
+          // panels (2 x rows x block), none for the first layer's kernel (x needs no gradient).
+          if (depth == 520 && !scan && microbatches == 1) {
+            const std::int64_t rows = 4 * n / shape.axis_size("data");
+            for (std::size_t i = 0; i < times.row_updates.size(); ++i) {
+              const RowUpdate& u = times.row_updates[i];
+              const int layer = 2 - static_cast<int>(i / 2);  // the backward's order: W2, then kernel
+              const std::string want = "DotReluDot_" + std::to_string(layer) + (i % 2 == 0 ? "/W2" : "/Dense_0/kernel");
+              EXPECT_EQ(u.path, want) << label;
+              EXPECT_EQ(u.elements, fused.params.at(want).local().numel()) << label << " " << want;
+              EXPECT_EQ(u.input_grad_flops, want == "DotReluDot_0/Dense_0/kernel" ? 0.0 : 2.0 * rows * u.elements)
+                  << label << " " << want;
+            }
           }
           StepOptions without_rows = options;
           without_rows.update_in_rows = false;
           EXPECT_EQ(train_step(whole, opt, loss_fn, batch, without_rows), loss) << label << " step " << step;
-          EXPECT_EQ(times.row_updates, 0) << label << " step " << step;
+          EXPECT_EQ(times.row_updates.size(), 0u) << label << " step " << step;
         }
         EXPECT_EQ(fused.step, 3) << label;
         EXPECT_EQ(fused.opt_state.count, after.opt_state.count) << label;
