@@ -45,12 +45,13 @@ struct Optimizer {
   // it and the parameter's rows are in cache, and the whole gradient never exists. The same bits
   // as update_param, element by element.
   void update_param_rows(const std::string& path, ShardedTensor& p, RowGradient& g, OptState& state) const;
-  // A panel and its gradient take half of a 1 MiB L2. Timed in one process, steps alternating
-  // with whole gradients (B8, Zen 5): depth 4096 on one rank 221-223 ms -> 217 at 128 KiB, 215.5
-  // at 256, 213 at 512; depth 1024 on one rank 6.2 -> 6.3 at 128, 6.07 at 256, 6.17 at 512; on
-  // 1x2 2.93 -> 3.10 at 128, 2.82 -> 2.91 at 256, 2.90 -> 2.84 at 512. 1 MiB measured faster in
-  // separate runs and is not taken yet: docs/design.md, "Performance model" (the floor's bound).
-  static constexpr std::int64_t kRowPanelBytes = std::int64_t{256} << 10;
+  // Timed in one process, steps alternating with whole gradients (B8, Zen 5, 1 MiB of L2 a
+  // core): depth 4096 on one rank 221-223 ms -> 217 at 128 KiB, 215.5 at 256, 213 at 512; depth
+  // 1024 on one rank 6.2 -> 6.3 at 128, 6.07 at 256, 6.17 at 512; on 1x2 2.93 -> 3.10 at 128,
+  // 2.82 -> 2.91 at 256, 2.90 -> 2.84 at 512. In separate runs, interleaved, 1 MiB against 256
+  // KiB: depth 4096 on one rank 208-214 against 224-226 ms, elsewhere within the host's noise
+  // (docs/design.md, "Performance model").
+  static constexpr std::int64_t kRowPanelBytes = std::int64_t{1} << 20;
 
  private:
   void update_elements(const std::string& path, ShardedTensor& p, OptState& state, std::int64_t begin,

@@ -3,7 +3,8 @@
 # prints its gemm, copy, adam_stream and train_step lines, and the step's floor is the one
 # docs/design.md defines:
 #   compute_floor_ms = 1e3 * max(1, ranks_per_core)
-#                      * (gflop_per_rank / gemm rate + mb_per_rank * 1e-3 / max(copy, adam_stream) alone)
+#                      * (gflop_per_rank / gemm rate + mb_per_rank * 1e-3 / max(copy, adam_stream) alone
+#                         - row_overlap_ms * 1e-3)
 #   memory_floor_ms  = 1e3 * mb_per_rank * 1e-3 / max(copy, adam_stream) per rank, all at once
 #   floor_ms = max(compute_floor_ms, memory_floor_ms)
 # with the gemm rate the fastest of the MLP's three products measured on one rank alone
@@ -11,7 +12,11 @@
 # and on the whole batch's (whole_batch_gflops, the fastest of those three), ranks_per_core the
 # ranks over the CPUs this script may use (the job's: ranks bound to cores, each seeing only its
 # own, are bound within them and use them together), each within 1% (the fields are printed to 3
-# or 4 digits), and ratio = ms_median / floor_ms.
+# or 4 digits), and ratio = ms_median / floor_ms. The MLP's weights go in rows (row_updates, all
+# 2 x layers of them: a batch of at most 16 rows a rank), each of the same block, and every one
+# but the first layer's kernel computes an input gradient of one matmul's FLOPs from its panels:
+#   row_overlap_ms = 1e3 * (2 x layers - 1) * min(matmul FLOPs / gemm rate, 4 bytes x block / bandwidth alone)
+# (a weight read once for its input gradient and Adam's update: the longer of the two, not both).
 set -uo pipefail
 out=$("$@") || { echo "FAIL: bench_train exited with $?" >&2; exit 1; }
 echo "$out"
@@ -35,7 +40,14 @@ assert gemm["whole_batch_m"] >= gemm["m"] and gemm["whole_batch_gflops"] > 0, ge
 rates.append(gemm["whole_batch_gflops"])
 share = step["ranks"] / len(os.sched_getaffinity(0))
 assert abs(step["ranks_per_core"] - share) <= 1e-3, (step["ranks_per_core"], share)
-compute = 1e3 * max(1.0, share) * (step["gflop_per_rank"] / max(rates) + step["mb_per_rank"] * 1e-3 / bw_alone)
+layers = step["layers"]
+assert step["row_updates"] == 2 * layers, step
+block = step["params_per_rank"] / (2 * layers)
+matmul_gflop = step["gflop_per_rank"] / (6 * layers - 1)
+overlap = 1e3 * (2 * layers - 1) * min(matmul_gflop / max(rates), 4 * block * 1e-9 / bw_alone)
+assert overlap > 0 and abs(step["row_overlap_ms"] - overlap) <= 1e-2 * overlap + 1e-3, (step["row_overlap_ms"], overlap)
+compute = 1e3 * max(1.0, share) * (step["gflop_per_rank"] / max(rates) + step["mb_per_rank"] * 1e-3 / bw_alone
+                                   - overlap * 1e-3)
 memory = 1e3 * step["mb_per_rank"] * 1e-3 / bw_all
 for name, want in (("compute_floor_ms", compute), ("memory_floor_ms", memory), ("floor_ms", max(compute, memory))):
     assert abs(want - step[name]) <= 1e-2 * want, (name, want, step[name])  # printed to 3-4 digits
