@@ -28,8 +28,6 @@ struct Batch {
 // The loss of a batch (or microbatch) given the parameters as variables.
 using LossFn = std::function<Var(const VarTree& params, const Batch& batch)>;
 
-// Filled by train_step when StepOptions::times is set: the optimizer's wall-clock seconds on this
-// rank, and the part of them spent inside collectives.
 // A parameter a step updated inside its layer's backward, a panel of rows at a time.
 struct RowUpdate {
   std::string path;
@@ -37,6 +35,8 @@ struct RowUpdate {
   double input_grad_flops = 0;  // computed from the same panels on this rank (RowGradient)
 };
 
+// Filled by train_step when StepOptions::times is set: the optimizer's wall-clock seconds on this
+// rank, and the part of them spent inside collectives.
 struct StepTimes {
   double optimizer_seconds = 0;
   double optimizer_comm_seconds = 0;
