@@ -355,7 +355,7 @@ void time_steps(const Options& o, nn::TrainState& state, const nn::Optimizer& op
     if (i >= o.warmup) w.ms.push_back(t);
     if (i == o.warmup + o.steps - 1) w.comm_bytes = allreduce(static_cast<double>(scope.total_bytes()), MPI_MAX);
   }
-  w.row_updates = times.row_updates;
+  w.row_updates = std::move(times.row_updates);
 }
 
 // The elements of each parameter's largest block on `mesh`, and their sum.

@@ -186,7 +186,7 @@ double train_step(TrainState& state, const Optimizer& optimizer, const LossFn& l
   // products computed panel by panel inside it.
   const ApplyRows apply_rows = [&](const std::string& path, ShardedTensor& param, RowGradient& grad) {
     timed([&] { optimizer.update_param_rows(path, param, grad, state.opt_state); });
-    row_updates.push_back({path, param.local().numel(), grad.input_grad_flops()});
+    if (options.times != nullptr) row_updates.push_back({path, param.local().numel(), grad.input_grad_flops()});
   };
   const double loss =
       value_and_grad_lent(state.params, loss_fn, batch, options, apply, options.update_in_rows ? apply_rows : ApplyRows{})
