@@ -145,6 +145,7 @@ bool Spec::operator==(const Spec& other) const {
   for (int d = 0; d < r; ++d) {
     if (axes(d) != other.axes(d)) return false;
   }
+  if (partial == other.partial) return true;  // the common case, without building the sets
   return std::set<std::string>(partial.begin(), partial.end()) ==
          std::set<std::string>(other.partial.begin(), other.partial.end());
 }
@@ -180,18 +181,30 @@ Spec parse_spec(std::string_view text) {
 }
 
 void validate_spec(const Spec& spec, const MeshShape& mesh, const Shape& shape, std::string_view name) {
-  const std::string label = "spec " + spec.to_string() + (name.empty() ? "" : " of '" + std::string(name) + "'");
+  // Called for every tensor an op makes: nothing is allocated unless the spec is refused.
+  auto label = [&] { return "spec " + spec.to_string() + (name.empty() ? "" : " of '" + std::string(name) + "'"); };
   if (spec.ndim() > static_cast<int>(shape.size())) {
-    throw SpecError(label + " has " + std::to_string(spec.ndim()) + " dimensions but the tensor has shape " +
+    throw SpecError(label() + " has " + std::to_string(spec.ndim()) + " dimensions but the tensor has shape " +
                     shape_to_string(shape));
   }
-  std::set<std::string> seen;
-  for (const auto& axis : spec.used_axes()) {
-    if (!mesh.has_axis(axis)) {
-      throw SpecError(label + ": unknown mesh axis '" + axis + "' (mesh has " + mesh.to_string() + ")");
+  // The axes in written order (dimensions, then partial), each checked against those before it.
+  auto for_each_axis = [&spec](auto&& f) {
+    for (const auto& d : spec.dims) {
+      for (const auto& axis : d) f(axis);
     }
-    if (!seen.insert(axis).second) throw SpecError(label + ": mesh axis '" + axis + "' is used more than once");
-  }
+    for (const auto& axis : spec.partial) f(axis);
+  };
+  std::size_t index = 0;
+  for_each_axis([&](const std::string& axis) {
+    if (!mesh.has_axis(axis)) {
+      throw SpecError(label() + ": unknown mesh axis '" + axis + "' (mesh has " + mesh.to_string() + ")");
+    }
+    std::size_t before = 0;
+    bool repeated = false;
+    for_each_axis([&](const std::string& other) { repeated = repeated || (before++ < index && other == axis); });
+    if (repeated) throw SpecError(label() + ": mesh axis '" + axis + "' is used more than once");
+    ++index;
+  });
 }
 
 void require_even_split(const Spec& spec, const MeshShape& mesh, const Shape& shape, std::string_view name) {

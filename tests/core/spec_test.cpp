@@ -95,6 +95,15 @@ TEST(Spec, ValidateAxisTwice) {
             "spec P(data, data) of 'W1': mesh axis 'data' is used more than once");
   EXPECT_EQ(validate_error(parse_spec("P(model; partial=model)"), kMesh, {8}, "y"),
             "spec P(model; partial=model) of 'y': mesh axis 'model' is used more than once");
+  // The first offending axis in written order (dimensions, then partial) is the one named.
+  EXPECT_EQ(validate_error(parse_spec("P((data, model), None; partial=data)"), kMesh, {8, 8}, "z"),
+            "spec P((data, model), None; partial=data) of 'z': mesh axis 'data' is used more than once");
+  EXPECT_EQ(validate_error(parse_spec("P(model, model, expert)"), kMesh, {8, 8, 8}, "z"),
+            "spec P(model, model, expert) of 'z': mesh axis 'model' is used more than once");
+  EXPECT_EQ(validate_error(parse_spec("P(expert, expert)"), kMesh, {8, 8}, ""),
+            "spec P(expert, expert): unknown mesh axis 'expert' (mesh has data: 2, model: 4)");
+  EXPECT_EQ(validate_error(Spec(std::vector<Axes>{{}}, Axes{"model", "model"}), kMesh, {8}, "p"),
+            "spec P(None; partial=(model, model)) of 'p': mesh axis 'model' is used more than once");
 }
 
 TEST(Spec, UnevenDimensionsAreValid) {
