@@ -113,7 +113,7 @@ Tensor run_steps(const Mesh& mesh, const Shape& global, Spec cur, const std::vec
 // `owned_local` is x's block moved out of x (rvalue reshard) when `owned`; x's own block otherwise.
 ShardedTensor execute(const ShardedTensor& x, const Spec& target, Tensor owned_local, bool owned) {
   const DType dtype = owned ? owned_local.dtype() : x.dtype();
-  const ReshardPlan plan = plan_reshard(x.mesh().shape(), x.spec(), target, x.global_shape(), dtype);
+  const auto plan = cached_reshard_plan(x.mesh().shape(), x.spec(), target, x.global_shape(), dtype);
   // The planner works without size-1 axes; the first step's input spec is the source's.
   Spec cur = x.spec();
   for (auto& d : cur.dims) {
@@ -123,7 +123,7 @@ ShardedTensor execute(const ShardedTensor& x, const Spec& target, Tensor owned_l
   cur.partial.erase(std::remove_if(cur.partial.begin(), cur.partial.end(),
                                    [&](const std::string& a) { return x.mesh().axis_size(a) == 1; }),
                     cur.partial.end());
-  Tensor local = run_steps(x.mesh(), x.global_shape(), cur, plan.steps, std::move(owned_local), owned, &x.local());
+  Tensor local = run_steps(x.mesh(), x.global_shape(), cur, plan->steps, std::move(owned_local), owned, &x.local());
   return ShardedTensor(x.mesh(), target, x.global_shape(), std::move(local), x.name());
 }
 

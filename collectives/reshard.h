@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -65,6 +66,10 @@ struct ReshardPlan {
 // are invalid on this mesh and shape.
 ReshardPlan plan_reshard(const MeshShape& mesh, const Spec& source, const Spec& target, const Shape& global_shape,
                          DType dtype);
+// The same plan, shared with the planner's cache (no copy of its steps): what reshard and the
+// cost estimates use on every op.
+std::shared_ptr<const ReshardPlan> cached_reshard_plan(const MeshShape& mesh, const Spec& source, const Spec& target,
+                                                       const Shape& global_shape, DType dtype);
 
 // The bytes per rank that docs/design.md's per-axis table implies: the cheapest order in which to
 // apply the table's step to each axis whose place changes, one axis at a time, each step

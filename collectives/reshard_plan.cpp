@@ -524,24 +524,59 @@ ReshardPlan make_plan(const MeshShape& mesh, const Spec& source, const Spec& tar
 
 }  // namespace
 
-ReshardPlan plan_reshard(const MeshShape& mesh, const Spec& source, const Spec& target, const Shape& global_shape,
-                         DType dtype) {
-  validate_spec(source, mesh, global_shape, "source");
-  validate_spec(target, mesh, global_shape, "target");
+namespace {
+
+// The plan cache's key: every argument in one string, built with one allocation (each name
+// preceded by its length, so that no two argument lists give one key). The specs are taken as
+// written, not padded: a key met before means these very arguments were validated and planned.
+std::string plan_key(const MeshShape& mesh, const Spec& source, const Spec& target, const Shape& global_shape,
+                     DType dtype) {
+  std::string key;
+  key.reserve(256);
+  auto put = [&key](std::int64_t value) { key.append(reinterpret_cast<const char*>(&value), sizeof value); };
+  auto put_axes = [&](const Axes& axes) {
+    put(static_cast<std::int64_t>(axes.size()));
+    for (const auto& name : axes) {
+      put(static_cast<std::int64_t>(name.size()));
+      key += name;
+    }
+  };
+  put_axes(mesh.names());
+  for (int size : mesh.sizes()) put(size);
+  for (const Spec* spec : {&source, &target}) {
+    put(spec->ndim());
+    for (const auto& axes : spec->dims) put_axes(axes);
+    put_axes(spec->partial);
+  }
+  put(static_cast<std::int64_t>(global_shape.size()));
+  for (std::int64_t extent : global_shape) put(extent);
+  put(static_cast<std::int64_t>(dtype));
+  return key;
+}
+
+}  // namespace
+
+std::shared_ptr<const ReshardPlan> cached_reshard_plan(const MeshShape& mesh, const Spec& source, const Spec& target,
+                                                       const Shape& global_shape, DType dtype) {
   // Programs reshard between the same specs every step: plans are cached (per process, so the
-  // same on every rank), and the cache is simply emptied when it grows large.
-  static std::map<std::string, ReshardPlan> cache;
-  std::string key = mesh.to_string() + "|" + source.padded(static_cast<int>(global_shape.size())).to_string() + "|" +
-                    target.padded(static_cast<int>(global_shape.size())).to_string() + "|" +
-                    shape_to_string(global_shape) + "|" + std::string(dtype_name(dtype));
-  // Partial axes compare as a set: a plan is keyed by the source's written order, which only
-  // affects the order of axes in its all-reduce (mesh order either way).
+  // same on every rank), and the cache is simply emptied when it grows large. A plan is keyed
+  // by the source's written order of partial axes, which only affects the order of axes in its
+  // all-reduce (mesh order either way).
+  static std::map<std::string, std::shared_ptr<const ReshardPlan>> cache;
+  std::string key = plan_key(mesh, source, target, global_shape, dtype);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
+  validate_spec(source, mesh, global_shape, "source");
+  validate_spec(target, mesh, global_shape, "target");
   if (cache.size() >= 4096) cache.clear();
-  ReshardPlan plan = make_plan(mesh, source, target, global_shape, dtype);
+  auto plan = std::make_shared<const ReshardPlan>(make_plan(mesh, source, target, global_shape, dtype));
   cache.emplace(std::move(key), plan);
   return plan;
+}
+
+ReshardPlan plan_reshard(const MeshShape& mesh, const Spec& source, const Spec& target, const Shape& global_shape,
+                         DType dtype) {
+  return *cached_reshard_plan(mesh, source, target, global_shape, dtype);
 }
 
 }  // namespace tessera

@@ -226,7 +226,7 @@ void plan_contraction(const EinsumSubscripts& sub, const ShardedTensor& a, const
   // then drops, and nothing is left to reshard.
   if (!(out.spec == target) && consistent(sub, a_to, b_to) && result_spec(sub, a_to, b_to) == target) {
     const double reduce_cost =
-        static_cast<double>(plan_reshard(mesh, out.spec, target, out.shape, a.dtype()).bytes_per_rank());
+        static_cast<double>(cached_reshard_plan(mesh, out.spec, target, out.shape, a.dtype())->bytes_per_rank());
     const double extra_flops = local_flops(sub, mesh, a_to, a.global_shape(), b_to, b.global_shape()) -
                                local_flops(sub, mesh, out.a->spec(), a.global_shape(), out.b->spec(), b.global_shape());
     const double move_cost = static_cast<double>(reshard_bytes(*out.a, a_to) + reshard_bytes(*out.b, b_to)) +

@@ -7,7 +7,7 @@
 namespace tessera::nn {
 
 std::int64_t reshard_bytes(const ShardedTensor& x, const Spec& target) {
-  return plan_reshard(x.mesh().shape(), x.spec(), target, x.global_shape(), x.dtype()).bytes_per_rank();
+  return cached_reshard_plan(x.mesh().shape(), x.spec(), target, x.global_shape(), x.dtype())->bytes_per_rank();
 }
 
 ShardedTensor resolve_partial(const ShardedTensor& x) {

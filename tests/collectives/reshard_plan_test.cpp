@@ -124,9 +124,37 @@ TEST(ReshardPlan, AxesOfSizeOneNeverCostAStep) {
 }
 
 TEST(ReshardPlan, InvalidSpecsAreSpecErrors) {
-  EXPECT_THROW(plan(k2x4, "P(data, None)", "P(nope, None)"), SpecError);
-  EXPECT_THROW(plan(k2x4, "P(data, None)", "P(data, data)"), SpecError);
-  EXPECT_THROW(plan(k2x4, "P(data, None)", "P(None, None, model)"), SpecError);
+  // Twice each: the plan cache keeps valid plans only, so a refused pair is refused again.
+  for (int pass = 0; pass < 2; ++pass) {
+    EXPECT_THROW(plan(k2x4, "P(data, None)", "P(nope, None)"), SpecError);
+    EXPECT_THROW(plan(k2x4, "P(data, None)", "P(data, data)"), SpecError);
+    EXPECT_THROW(plan(k2x4, "P(data, None)", "P(None, None, model)"), SpecError);
+    EXPECT_THROW(plan(k2x4, "P(data, data)", "P(None, model)"), SpecError);
+  }
+  // A valid pair first, then the same specs on a mesh without the axis and on a shape of fewer
+  // dimensions: every argument is in the cache's key.
+  EXPECT_NO_THROW(plan(k2x4, "P(data, None)", "P(None, model)"));
+  EXPECT_THROW(plan(MeshShape({"data", "expert"}, {2, 4}), "P(data, None)", "P(None, model)"), SpecError);
+  EXPECT_THROW(plan(k2x4, "P(data, None)", "P(None, model)", {16}), SpecError);
+}
+
+// The cache hands out one plan per argument list; specs written with or without trailing
+// unsplit dimensions, and partial axes in either order, plan alike.
+TEST(ReshardPlan, CachedPlansAreSharedAndEqualAcrossSpellings) {
+  const auto first = cached_reshard_plan(k2x4, parse_spec("P(data)"), parse_spec("P(None, model)"), {16, 32}, DType::f32);
+  const auto again = cached_reshard_plan(k2x4, parse_spec("P(data)"), parse_spec("P(None, model)"), {16, 32}, DType::f32);
+  EXPECT_EQ(first.get(), again.get());
+  const auto padded =
+      cached_reshard_plan(k2x4, parse_spec("P(data, None)"), parse_spec("P(None, model)"), {16, 32}, DType::f32);
+  EXPECT_EQ(padded->to_string(), first->to_string());
+  EXPECT_EQ(padded->bytes_per_rank(), first->bytes_per_rank());
+  EXPECT_EQ(plan(k2x4, "P(None; partial=(data, model))", "P(data, model)").to_string(),
+            plan(k2x4, "P(None; partial=(model, data))", "P(data, model)").to_string());
+  // Another dtype or shape is another plan.
+  const auto f64 = cached_reshard_plan(k2x4, parse_spec("P(data)"), parse_spec("P(None, model)"), {16, 32}, DType::f64);
+  EXPECT_EQ(f64->bytes_per_rank(), 2 * first->bytes_per_rank());
+  const auto wider = cached_reshard_plan(k2x4, parse_spec("P(data)"), parse_spec("P(None, model)"), {16, 64}, DType::f32);
+  EXPECT_EQ(wider->bytes_per_rank(), 2 * first->bytes_per_rank());
 }
 
 }  // namespace
