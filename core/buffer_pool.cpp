@@ -1,6 +1,7 @@
 // Size-keyed free lists, bounded by the program's own high-water mark (buffer_pool.h).
 #include "core/buffer_pool.h"
 
+#include <sanitizer/asan_interface.h>  // poisoning: no-ops unless built with AddressSanitizer
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -15,7 +16,6 @@ namespace tessera {
 namespace {
 
 constexpr std::size_t kAlignment = 64;
-constexpr std::size_t kMinCached = std::size_t{64} << 10;
 // The cache may always hold this much; beyond it, only up to the program's own high-water mark
 // of live tensor bytes (pool_allocate).
 constexpr std::size_t kCacheFloor = std::size_t{512} << 20;
@@ -64,6 +64,7 @@ void evict_to(Pool& p, std::size_t allowed) {
       if (!it->second.empty() && (largest == p.free_lists.end() || it->first > largest->first)) largest = it;
     }
     if (largest == p.free_lists.end()) return;
+    ASAN_UNPOISON_MEMORY_REGION(largest->second.back(), largest->first);
     std::free(largest->second.back());
     largest->second.pop_back();
     p.cached -= largest->first;
@@ -99,7 +100,7 @@ void* fresh_allocation(std::size_t bytes) {
 }  // namespace
 
 void* pool_allocate(std::size_t bytes) {
-  if (bytes >= kMinCached) {
+  if (bytes > 0) {
     Pool& p = pool();
     std::lock_guard<std::mutex> lock(p.mutex);
     auto it = p.free_lists.find(bytes);
@@ -107,6 +108,7 @@ void* pool_allocate(std::size_t bytes) {
       void* out = it->second.back();
       it->second.pop_back();
       p.cached -= bytes;
+      ASAN_UNPOISON_MEMORY_REGION(out, bytes);
       return out;
     }
     // A miss: the buffer comes from the system, and the live bytes grow by it, so the cache gives
@@ -121,7 +123,7 @@ void* pool_allocate(std::size_t bytes) {
 
 void pool_free(void* ptr, std::size_t bytes) noexcept {
   if (ptr == nullptr) return;
-  if (bytes >= kMinCached) {
+  if (bytes > 0) {
     Pool& p = pool();
     std::lock_guard<std::mutex> lock(p.mutex);
     // Tensor counts the free before it hands the buffer here: live no longer includes it.
@@ -129,6 +131,9 @@ void pool_free(void* ptr, std::size_t bytes) noexcept {
       try {
         p.free_lists[bytes].push_back(ptr);
         p.cached += bytes;
+        // Under AddressSanitizer a cached buffer is poisoned until it is handed out again, so a
+        // tensor read or written after its free is reported as it would be without the cache.
+        ASAN_POISON_MEMORY_REGION(ptr, bytes);
         return;
       } catch (...) {
         // no memory for the list entry: fall through and free

@@ -27,27 +27,18 @@ std::unique_ptr<std::byte[], Tensor::Free> Tensor::allocate(std::size_t bytes, b
 
 Tensor::Tensor() : data_(allocate(0)) {}
 
-Tensor::Tensor(Shape shape, DType dtype) : dtype_(dtype), shape_(std::move(shape)) {
+Tensor::Tensor(Shape shape, DType dtype) : Tensor(std::move(shape), dtype, /*zero=*/true) {}
+
+Tensor::Tensor(Shape shape, DType dtype, bool zero) : dtype_(dtype), shape_(std::move(shape)) {
   for (auto d : shape_) {
     if (d < 0) throw ShapeError("Tensor: negative extent in shape " + shape_to_string(shape_));
   }
   numel_ = tessera::numel(shape_);
   checked_mul<std::int64_t>(numel_, static_cast<std::int64_t>(dtype_size(dtype_)), "byte size of a tensor");
-  data_ = allocate(nbytes());
+  data_ = allocate(nbytes(), zero);
 }
 
-Tensor Tensor::empty(Shape shape, DType dtype) {
-  Tensor t;
-  for (auto d : shape) {
-    if (d < 0) throw ShapeError("Tensor: negative extent in shape " + shape_to_string(shape));
-  }
-  t.dtype_ = dtype;
-  t.numel_ = tessera::numel(shape);
-  checked_mul<std::int64_t>(t.numel_, static_cast<std::int64_t>(dtype_size(dtype)), "byte size of a tensor");
-  t.shape_ = std::move(shape);
-  t.data_ = allocate(t.nbytes(), /*zero=*/false);
-  return t;
-}
+Tensor Tensor::empty(Shape shape, DType dtype) { return Tensor(std::move(shape), dtype, /*zero=*/false); }
 
 Tensor::Tensor(const Tensor& other)
     : dtype_(other.dtype_), shape_(other.shape_), numel_(other.numel_), data_(allocate(other.nbytes(), false)) {

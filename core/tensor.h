@@ -77,8 +77,8 @@ class Tensor {
   bool bit_equal(const Tensor& other) const;
 
  private:
-  // Large blocks go back to a small per-process cache for the next tensor of the same size
-  // (see tensor.cpp), so repeated ops on large tensors do not fault in fresh pages every time.
+  // Blocks go back to a per-process cache for the next tensor of the same size
+  // (core/buffer_pool.h), so repeated ops neither fault in fresh pages nor call the allocator.
   struct Free {
     Free() noexcept : bytes(0) {}
     explicit Free(std::size_t b) noexcept : bytes(b) {}
@@ -87,6 +87,8 @@ class Tensor {
   };
   void check_dtype(DType requested) const;
   static std::unique_ptr<std::byte[], Free> allocate(std::size_t bytes, bool zero = true);
+  // The storage of `shape`, zeroed or not (Tensor(shape, dtype), empty), allocated once.
+  Tensor(Shape shape, DType dtype, bool zero);
 
   DType dtype_ = DType::f32;
   Shape shape_;

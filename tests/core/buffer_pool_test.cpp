@@ -1,6 +1,7 @@
-// The tensor buffer cache (core/buffer_pool.h): a freed buffer comes back for the next request
-// of its size, a step's buffers are all kept even when they add up to more than the cache's
-// 512 MiB floor, and the cache never holds more than the program's own high-water mark allows.
+// The tensor buffer cache (core/buffer_pool.h): a freed buffer of any size comes back for the
+// next request of its size, a step's buffers are all kept even when they add up to more than
+// the cache's 512 MiB floor, the cache never holds more than the program's own high-water mark
+// allows, and under AddressSanitizer a cached buffer cannot be read.
 // The large buffers are never written, so they cost address space, not memory.
 #include "core/buffer_pool.h"
 
@@ -34,9 +35,61 @@ TEST(BufferPool, AFreedBufferComesBackForTheSameSize) {
   Tensor again = of_bytes(kMiB);
   EXPECT_EQ(again.raw(), first);
   EXPECT_EQ(pool_cached_bytes(), 0u);
-  { Tensor small = of_bytes(4096); }  // below 64 KiB: back to the system
+}
+
+// Small buffers too (an op's scalars and row statistics), down to one cache line.
+TEST(BufferPool, SmallBuffersAreCachedToo) {
+  pool_release_cached();
+  const void* first = nullptr;
+  {
+    Tensor one_line = of_bytes(64);
+    first = one_line.raw();
+  }
+  EXPECT_EQ(pool_cached_bytes(), 64u);
+  { Tensor other = of_bytes(128); }
+  EXPECT_EQ(pool_cached_bytes(), 64u + 128u);
+  Tensor again = of_bytes(64);
+  EXPECT_EQ(again.raw(), first);
+  EXPECT_EQ(pool_cached_bytes(), 128u);
+  pool_release_cached();
   EXPECT_EQ(pool_cached_bytes(), 0u);
 }
+
+// Tensor::empty and the zeroing constructor take one buffer each, of the tensor's own size
+// rounded up to 64 bytes: the peak of live tensor bytes rises by exactly that.
+TEST(BufferPool, ATensorTakesOneBuffer) {
+  const std::size_t live_before = live_tensor_bytes();
+  reset_peak_tensor_bytes();
+  { Tensor t = Tensor::empty({100}, DType::f32); }
+  EXPECT_EQ(peak_tensor_bytes(), live_before + 448);
+  reset_peak_tensor_bytes();
+  { Tensor t({3, 5}, DType::f64); }
+  EXPECT_EQ(peak_tensor_bytes(), live_before + 128);
+  EXPECT_EQ(live_tensor_bytes(), live_before);
+}
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TESSERA_TEST_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(TESSERA_TEST_ASAN)
+// A cached buffer is poisoned: reading a tensor's storage after the tensor is gone is reported
+// as it would be without the cache.
+TEST(BufferPoolDeathTest, ReadingACachedBufferIsReported) {
+  EXPECT_DEATH(
+      {
+        const float* gone = nullptr;
+        {
+          Tensor t = of_bytes(4096);
+          gone = t.data<float>();
+        }
+        volatile float read = gone[3];
+        (void)read;
+      },
+      "use-after-poison");
+}
+#endif
 
 // Six buffers of 256 MiB (1.5 GiB, three times the floor), freed together as a step frees its
 // gradients, are all kept and all handed back to the next step.
@@ -71,11 +124,11 @@ TEST(BufferPool, HoldsNoMoreThanTheHighWaterMarkAllows) {
   }
   ASSERT_EQ(pool_cached_bytes(), 6 * 256 * kMiB);
   {
-    Tensor big = of_bytes(1024 * kMiB + 64);
-    EXPECT_EQ(live_tensor_bytes(), live_before + 1024 * kMiB + 64);
+    Tensor big = of_bytes(1024 * kMiB);
+    EXPECT_EQ(live_tensor_bytes(), live_before + 1024 * kMiB);
     EXPECT_EQ(pool_cached_bytes(), 2 * 256 * kMiB);
   }
-  EXPECT_EQ(pool_cached_bytes(), 2 * 256 * kMiB + 1024 * kMiB + 64);
+  EXPECT_EQ(pool_cached_bytes(), 2 * 256 * kMiB + 1024 * kMiB);
   pool_release_cached();
   EXPECT_EQ(pool_cached_bytes(), 0u);
   EXPECT_EQ(live_tensor_bytes(), live_before);
