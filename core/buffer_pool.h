@@ -2,7 +2,7 @@
 // step; reusing them avoids the page faults and kernel zeroing of fresh allocations (a quarter
 // of a step's time without it) and, for the small ones, the C library's aligned allocation,
 // which takes its slow path for every 64-byte aligned request (the transformer's step on 8
-// ranks of 2 cores spent a fifth of its CPU time in it at a model width of 16). Buffers of every
+// ranks of 2 cores spent a tenth of its CPU time in it at a model width of 16). Buffers of every
 // size are cached; under AddressSanitizer a cached buffer is poisoned until it is reused.
 //
 // The cache holds at most 512 MiB, or more where the program itself once held more: with L live
