@@ -3,6 +3,7 @@
 // redistribute (permute / redistribute) where no sequence of named collectives reaches the target.
 #include <algorithm>
 #include <map>
+#include <unordered_map>
 
 #include "collectives/redistribute.h"
 #include "collectives/reshard.h"
@@ -562,7 +563,7 @@ std::shared_ptr<const ReshardPlan> cached_reshard_plan(const MeshShape& mesh, co
   // same on every rank), and the cache is simply emptied when it grows large. A plan is keyed
   // by the source's written order of partial axes, which only affects the order of axes in its
   // all-reduce (mesh order either way).
-  static std::map<std::string, std::shared_ptr<const ReshardPlan>> cache;
+  static std::unordered_map<std::string, std::shared_ptr<const ReshardPlan>> cache;
   std::string key = plan_key(mesh, source, target, global_shape, dtype);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
-#include <map>
+#include <array>
 
 #include "core/error.h"
 #include "core/kernels.h"
@@ -15,22 +15,10 @@ namespace {
 
 bool has(const std::string& s, char c) { return s.find(c) != std::string::npos; }
 
+// The position in `in` of each of `letters` (a permutation when they hold the same letters).
 std::vector<int> positions(const std::string& letters, const std::string& in) {
   std::vector<int> out;
   for (char c : letters) out.push_back(static_cast<int>(in.find(c)));
-  return out;
-}
-
-bool is_identity(const std::vector<int>& perm) {
-  for (int i = 0; i < static_cast<int>(perm.size()); ++i) {
-    if (perm[i] != i) return false;
-  }
-  return true;
-}
-
-std::vector<int> concat(std::initializer_list<std::vector<int>> parts) {
-  std::vector<int> out;
-  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
   return out;
 }
 
@@ -74,17 +62,24 @@ Tensor einsum_local(const EinsumSubscripts& sub, const Tensor& a, const Tensor& 
     throw ShapeError("einsum '" + sub.to_string() + "': operands of shapes " + shape_to_string(a.shape()) + " and " +
                      shape_to_string(b.shape()) + " do not match the subscripts");
   }
-  std::map<char, std::int64_t> extent;
-  for (int i = 0; i < a.ndim(); ++i) extent[sub.a[i]] = a.shape()[i];
+  // Each letter's extent, by its character (letters are ASCII: parse checked them).
+  std::array<std::int64_t, 128> extent{};
+  std::array<bool, 128> seen{};
+  auto at = [](char c) { return static_cast<std::size_t>(static_cast<unsigned char>(c)) & 127; };
+  for (int i = 0; i < a.ndim(); ++i) {
+    extent[at(sub.a[i])] = a.shape()[i];
+    seen[at(sub.a[i])] = true;
+  }
   for (int i = 0; i < b.ndim(); ++i) {
-    auto it = extent.find(sub.b[i]);
-    if (it != extent.end() && it->second != b.shape()[i]) {
+    const std::size_t c = at(sub.b[i]);
+    if (seen[c] && extent[c] != b.shape()[i]) {
       throw ShapeError("einsum '" + sub.to_string() + "': letter '" + std::string(1, sub.b[i]) + "' has extent " +
-                       std::to_string(it->second) + " in the first operand and " + std::to_string(b.shape()[i]) +
+                       std::to_string(extent[c]) + " in the first operand and " + std::to_string(b.shape()[i]) +
                        " in the second");
     }
-    extent[sub.b[i]] = b.shape()[i];
+    extent[c] = b.shape()[i];
   }
+  // The letter groups (a handful of letters each: no allocation, short strings stay in place).
   std::string batch, m, n, k;
   for (char c : sub.a) {
     if (has(sub.b, c) && has(sub.out, c)) batch += c;
@@ -96,7 +91,7 @@ Tensor einsum_local(const EinsumSubscripts& sub, const Tensor& a, const Tensor& 
   }
   auto product = [&](const std::string& letters) {
     std::int64_t p = 1;
-    for (char c : letters) p *= extent[c];
+    for (char c : letters) p *= extent[at(c)];
     return p;
   };
   const std::int64_t B = product(batch), M = product(m), N = product(n), K = product(k);
@@ -104,37 +99,35 @@ Tensor einsum_local(const EinsumSubscripts& sub, const Tensor& a, const Tensor& 
   // the GEMM then writes it in place instead of a [batch, m, n] result permuted afterwards (a
   // weight gradient's einsum wrote the whole [d, h] block twice).
   if (!m.empty() && !n.empty() && sub.out == batch + n + m) return einsum_local({sub.b, sub.a, sub.out}, b, a);
-  // a as [batch, m, k] or [batch, k, m]; b as [batch, k, n] or [batch, n, k].
+  // a as [batch, m, k] or [batch, k, m]; b as [batch, k, n] or [batch, n, k]: stored so when
+  // its letters are in that order, else permuted into [batch, m, k] / [batch, k, n].
   bool trans_a = false, trans_b = false;
   Tensor a_view, b_view;
   const Tensor* pa = &a;
   const Tensor* pb = &b;
-  auto a_mk = concat({positions(batch, sub.a), positions(m, sub.a), positions(k, sub.a)});
-  auto a_km = concat({positions(batch, sub.a), positions(k, sub.a), positions(m, sub.a)});
-  if (is_identity(a_km) && !is_identity(a_mk)) {
+  const std::string a_mk = batch + m + k, b_kn = batch + k + n;
+  if (sub.a != a_mk && sub.a == batch + k + m) {
     trans_a = true;
-  } else if (!is_identity(a_mk)) {
-    a_view = permute_dims(a, a_mk);
+  } else if (sub.a != a_mk) {
+    a_view = permute_dims(a, positions(a_mk, sub.a));
     pa = &a_view;
   }
-  auto b_kn = concat({positions(batch, sub.b), positions(k, sub.b), positions(n, sub.b)});
-  auto b_nk = concat({positions(batch, sub.b), positions(n, sub.b), positions(k, sub.b)});
-  if (is_identity(b_nk) && !is_identity(b_kn)) {
+  if (sub.b != b_kn && sub.b == batch + n + k) {
     trans_b = true;
-  } else if (!is_identity(b_kn)) {
-    b_view = permute_dims(b, b_kn);
+  } else if (sub.b != b_kn) {
+    b_view = permute_dims(b, positions(b_kn, sub.b));
     pb = &b_view;
   }
+  const std::string c_letters = batch + m + n;
   Shape c_shape;
-  for (char c : batch + m + n) c_shape.push_back(extent[c]);
-  Tensor c = Tensor::empty(c_shape, a.dtype());  // the GEMM overwrites it
+  c_shape.reserve(c_letters.size());
+  for (char c : c_letters) c_shape.push_back(extent[at(c)]);
+  Tensor c = Tensor::empty(std::move(c_shape), a.dtype());  // the GEMM overwrites it
   batched_gemm(*pa, *pb, c, B, M, N, K, trans_a, trans_b);
   // c is [batch, m, n]; reorder to the output's letters (returned as it is when they are in that
   // order: permute_dims of a const tensor would copy it).
-  std::string c_letters = batch + m + n;
-  std::vector<int> perm = positions(sub.out, c_letters);
-  if (is_identity(perm)) return c;
-  return permute_dims(c, perm);
+  if (sub.out == c_letters) return c;
+  return permute_dims(c, positions(sub.out, c_letters));
 }
 
 }  // namespace tessera
