@@ -181,30 +181,21 @@ Spec parse_spec(std::string_view text) {
 }
 
 void validate_spec(const Spec& spec, const MeshShape& mesh, const Shape& shape, std::string_view name) {
-  // Called for every tensor an op makes: nothing is allocated unless the spec is refused.
+  // Called for every tensor an op makes: the message's text is built only when the spec is refused.
   auto label = [&] { return "spec " + spec.to_string() + (name.empty() ? "" : " of '" + std::string(name) + "'"); };
   if (spec.ndim() > static_cast<int>(shape.size())) {
     throw SpecError(label() + " has " + std::to_string(spec.ndim()) + " dimensions but the tensor has shape " +
                     shape_to_string(shape));
   }
-  // The axes in written order (dimensions, then partial), each checked against those before it.
-  auto for_each_axis = [&spec](auto&& f) {
-    for (const auto& d : spec.dims) {
-      for (const auto& axis : d) f(axis);
+  const Axes used = spec.used_axes();  // dimensions first, then partial, in written order
+  for (auto axis = used.begin(); axis != used.end(); ++axis) {
+    if (!mesh.has_axis(*axis)) {
+      throw SpecError(label() + ": unknown mesh axis '" + *axis + "' (mesh has " + mesh.to_string() + ")");
     }
-    for (const auto& axis : spec.partial) f(axis);
-  };
-  std::size_t index = 0;
-  for_each_axis([&](const std::string& axis) {
-    if (!mesh.has_axis(axis)) {
-      throw SpecError(label() + ": unknown mesh axis '" + axis + "' (mesh has " + mesh.to_string() + ")");
+    if (std::find(used.begin(), axis, *axis) != axis) {
+      throw SpecError(label() + ": mesh axis '" + *axis + "' is used more than once");
     }
-    std::size_t before = 0;
-    bool repeated = false;
-    for_each_axis([&](const std::string& other) { repeated = repeated || (before++ < index && other == axis); });
-    if (repeated) throw SpecError(label() + ": mesh axis '" + axis + "' is used more than once");
-    ++index;
-  });
+  }
 }
 
 void require_even_split(const Spec& spec, const MeshShape& mesh, const Shape& shape, std::string_view name) {
