@@ -531,18 +531,49 @@ FloorRates measure_floor_rates(const Options& o, const Measured& w) {
   return f;
 }
 
-// Each rate at the faster of two measurements.
-FloorRates faster(const FloorRates& a, const FloorRates& b) {
-  const auto gemm = [](const GemmRates& x, const GemmRates& y) {
-    return GemmRates{std::max(x.forward, y.forward), std::max(x.input_grad, y.input_grad),
-                     std::max(x.weight_grad, y.weight_grad)};
+// Each rate at the faster (pick std::max) or the slower (std::min) of two measurements.
+template <class Pick>
+FloorRates pick_rates(const FloorRates& a, const FloorRates& b, Pick pick) {
+  const auto gemm = [&](const GemmRates& x, const GemmRates& y) {
+    return GemmRates{pick(x.forward, y.forward), pick(x.input_grad, y.input_grad), pick(x.weight_grad, y.weight_grad)};
   };
   return {gemm(a.rates, b.rates),
           gemm(a.whole, b.whole),
-          std::max(a.copy_alone, b.copy_alone),
-          std::max(a.stream_alone, b.stream_alone),
-          std::max(a.copy_all, b.copy_all),
-          std::max(a.stream_all, b.stream_all)};
+          pick(a.copy_alone, b.copy_alone),
+          pick(a.stream_alone, b.stream_alone),
+          pick(a.copy_all, b.copy_all),
+          pick(a.stream_all, b.stream_all)};
+}
+FloorRates faster(const FloorRates& a, const FloorRates& b) {
+  return pick_rates(a, b, [](double x, double y) { return std::max(x, y); });
+}
+FloorRates slower(const FloorRates& a, const FloorRates& b) {
+  return pick_rates(a, b, [](double x, double y) { return std::min(x, y); });
+}
+
+// The step's floor at the rates `f` (docs/design.md, "Performance model"). Collective (the
+// row overlap is the busiest rank's).
+struct Floor {
+  double compute_ms = 0, memory_ms = 0, row_overlap_ms = 0;
+  double ms() const { return std::max(compute_ms, memory_ms); }
+};
+Floor floor_at(const FloorRates& f, const Measured& w, double share) {
+  const double bytes_per_rank = 28.0 * w.local_params;
+  const double gemm_rate = std::max(f.rates.best(), f.whole.best());
+  const double bw_alone = std::max(f.copy_alone, f.stream_alone);
+  // A weight updated in rows is read once in the backward, by its input gradient's product, and
+  // Adam reads each panel from cache: that product and that read are one pass, charged the longer
+  // of the two instead of both (docs/design.md, "Performance model").
+  double row_overlap = 0;
+  for (const nn::RowUpdate& u : w.row_updates) {
+    row_overlap += std::min(u.input_grad_flops / gemm_rate, 4.0 * static_cast<double>(u.elements) / bw_alone);
+  }
+  row_overlap = allreduce(row_overlap, MPI_MAX);
+  Floor out;
+  out.compute_ms = 1e3 * share * (w.flops_per_rank / gemm_rate + bytes_per_rank / bw_alone - row_overlap);
+  out.memory_ms = 1e3 * bytes_per_rank / std::max(f.copy_all, f.stream_all);
+  out.row_overlap_ms = 1e3 * row_overlap;
+  return out;
 }
 
 int run(const Options& o, int world_rank, int world_size) {
@@ -578,27 +609,20 @@ int run(const Options& o, int world_rank, int world_size) {
   // The model's buffers, freed with it, stay in the tensor cache (core/buffer_pool.h) unless
   // given back: the floor's own arrays below would come on top of them.
   pool_release_cached();
-  const FloorRates f = faster(before, measure_floor_rates(o, w));
+  const FloorRates after = measure_floor_rates(o, w);
+  const FloorRates f = faster(before, after);
   const MeshShape& mesh_shape = w.mesh;
   const std::vector<double>& ms = w.ms;
   const double flops_per_rank = w.flops_per_rank;
   const double bytes_per_rank = 28.0 * w.local_params;
   const std::int64_t m = w.m, n = w.n, k = w.k;
-  const double gemm_rate = std::max(f.rates.best(), f.whole.best());
   const double share = std::max(1.0, ranks_per_core());
-  const double bw_alone = std::max(f.copy_alone, f.stream_alone);
-  // A weight updated in rows is read once in the backward, by its input gradient's product, and
-  // Adam reads each panel from cache: that product and that read are one pass, charged the longer
-  // of the two instead of both (docs/design.md, "Performance model").
-  double row_overlap = 0;
-  for (const nn::RowUpdate& u : w.row_updates) {
-    row_overlap += std::min(u.input_grad_flops / gemm_rate, 4.0 * static_cast<double>(u.elements) / bw_alone);
-  }
-  row_overlap = allreduce(row_overlap, MPI_MAX);
-  const double compute_floor_ms =
-      1e3 * share * (flops_per_rank / gemm_rate + bytes_per_rank / bw_alone - row_overlap);
-  const double memory_floor_ms = 1e3 * bytes_per_rank / std::max(f.copy_all, f.stream_all);
-  const double floor_ms = std::max(compute_floor_ms, memory_floor_ms);
+  const Floor floor = floor_at(f, w, share);
+  // The same floor at the slower of each rate's two measurements: how far the machine moved
+  // between them, for reading the ratio (not a bound: the floor is the faster's).
+  const double slower_floor_ms = floor_at(slower(before, after), w, share).ms();
+  const double compute_floor_ms = floor.compute_ms, memory_floor_ms = floor.memory_ms;
+  const double floor_ms = floor.ms();
   const double med = median(ms);
 
   if (root) {
@@ -630,13 +654,14 @@ int run(const Options& o, int world_rank, int world_size) {
         "\"scan\":%s,\"steps\":%d,\"ms_median\":%.3f,\"ms_min\":%.3f,\"ms_max\":%.3f,\"floor_ms\":%.3f,"
         "\"ratio\":%.3f,\"compute_floor_ms\":%.3f,\"memory_floor_ms\":%.3f,\"ranks_per_core\":%.3f,"
         "\"gflop_per_rank\":%.4f,\"mb_per_rank\":%.3f,\"strategy\":\"%s\","
-        "\"params_per_rank\":%.0f,\"comm_mb_per_rank\":%.3f,\"row_updates\":%zu,\"row_overlap_ms\":%.3f,\"peak_rss_mb\":%.1f}\n",
+        "\"params_per_rank\":%.0f,\"comm_mb_per_rank\":%.3f,\"row_updates\":%zu,\"row_overlap_ms\":%.3f,\"peak_rss_mb\":%.1f,"
+        "\"floor_ms_slower_rates\":%.3f}\n",
         o.model.c_str(), mesh_shape.to_string().c_str(), world_size, static_cast<long long>(o.batch), o.layers,
         sizes, o.scan ? "true" : "false", o.steps, med,
         *std::min_element(ms.begin(), ms.end()), *std::max_element(ms.begin(), ms.end()), floor_ms, med / floor_ms,
         compute_floor_ms, memory_floor_ms, share,
         flops_per_rank / 1e9, bytes_per_rank / 1e6, o.strategy.empty() ? "mesh" : o.strategy.c_str(), w.local_params,
-        w.comm_bytes / 1e6, w.row_updates.size(), 1e3 * row_overlap, peak_rss / 1e6);
+        w.comm_bytes / 1e6, w.row_updates.size(), floor.row_overlap_ms, peak_rss / 1e6, slower_floor_ms);
     std::fflush(stdout);
   }
   return 0;

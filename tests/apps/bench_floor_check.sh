@@ -7,6 +7,8 @@
 #                         - row_overlap_ms * 1e-3)
 #   memory_floor_ms  = 1e3 * mb_per_rank * 1e-3 / max(copy, adam_stream) per rank, all at once
 #   floor_ms = max(compute_floor_ms, memory_floor_ms)
+# and floor_ms_slower_rates (the same floor at the slower of each rate's two measurements) is
+# not below floor_ms,
 # with the gemm rate the fastest of the MLP's three products measured on one rank alone
 # (forward, input gradient, weight gradient; all three printed and positive) on this rank's rows
 # and on the whole batch's (whole_batch_gflops, the fastest of those three), ranks_per_core the
@@ -53,6 +55,8 @@ for name, want in (("compute_floor_ms", compute), ("memory_floor_ms", memory), (
     assert abs(want - step[name]) <= 1e-2 * want, (name, want, step[name])  # printed to 3-4 digits
 floor = max(compute, memory)
 assert abs(step["ms_median"] / step["floor_ms"] - step["ratio"]) <= 1e-2 * step["ratio"], step
+# The same floor at the slower of each rate's two measurements: never below the floor.
+assert step["floor_ms_slower_rates"] >= step["floor_ms"] * (1 - 1e-2), step
 print(f"ok: floor {step['floor_ms']} ms = max({compute:.3f}, {memory:.3f}) from the printed rates, "
       f"{step['ranks_per_core']} ranks per core")
 PY
