@@ -551,14 +551,13 @@ FloorRates slower(const FloorRates& a, const FloorRates& b) {
   return pick_rates(a, b, [](double x, double y) { return std::min(x, y); });
 }
 
-// The step's floor at the rates `f` (docs/design.md, "Performance model"). Collective (the
-// row overlap is the busiest rank's).
+// The step's floor at the rates `f` for a rank that moves `bytes_per_rank` (docs/design.md,
+// "Performance model"). Collective (the row overlap is the busiest rank's).
 struct Floor {
   double compute_ms = 0, memory_ms = 0, row_overlap_ms = 0;
   double ms() const { return std::max(compute_ms, memory_ms); }
 };
-Floor floor_at(const FloorRates& f, const Measured& w, double share) {
-  const double bytes_per_rank = 28.0 * w.local_params;
+Floor floor_at(const FloorRates& f, const Measured& w, double bytes_per_rank, double share) {
   const double gemm_rate = std::max(f.rates.best(), f.whole.best());
   const double bw_alone = std::max(f.copy_alone, f.stream_alone);
   // A weight updated in rows is read once in the backward, by its input gradient's product, and
@@ -617,10 +616,10 @@ int run(const Options& o, int world_rank, int world_size) {
   const double bytes_per_rank = 28.0 * w.local_params;
   const std::int64_t m = w.m, n = w.n, k = w.k;
   const double share = std::max(1.0, ranks_per_core());
-  const Floor floor = floor_at(f, w, share);
+  const Floor floor = floor_at(f, w, bytes_per_rank, share);
   // The same floor at the slower of each rate's two measurements: how far the machine moved
   // between them, for reading the ratio (not a bound: the floor is the faster's).
-  const double slower_floor_ms = floor_at(slower(before, after), w, share).ms();
+  const double slower_floor_ms = floor_at(slower(before, after), w, bytes_per_rank, share).ms();
   const double compute_floor_ms = floor.compute_ms, memory_floor_ms = floor.memory_ms;
   const double floor_ms = floor.ms();
   const double med = median(ms);
