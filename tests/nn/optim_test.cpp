@@ -330,8 +330,12 @@ TEST(TrainStep, UpdatesDuringTheBackwardWithTheBitsOfUpdateAfterIt) {
               const std::string want = "DotReluDot_" + std::to_string(layer) + (i % 2 == 0 ? "/W2" : "/Dense_0/kernel");
               EXPECT_EQ(u.path, want) << label;
               EXPECT_EQ(u.elements, fused.params.at(want).local().numel()) << label << " " << want;
-              EXPECT_EQ(u.input_grad_flops, want == "DotReluDot_0/Dense_0/kernel" ? 0.0 : 2.0 * rows * u.elements)
-                  << label << " " << want;
+              const bool first = want == "DotReluDot_0/Dense_0/kernel";
+              EXPECT_EQ(u.input_grad_flops, first ? 0.0 : 2.0 * rows * u.elements) << label << " " << want;
+              // The weight gradient from the whole batch's rows (gathered over data where it is split).
+              EXPECT_EQ(u.weight_grad_flops, 2.0 * 4 * n * u.elements) << label << " " << want;
+              // In one pass with both products wherever the kernel takes the batches (AVX-512).
+              EXPECT_EQ(u.one_pass, thin_rows_adam_shape(first ? 0 : rows, 4 * n)) << label << " " << want;
             }
           }
           StepOptions without_rows = options;
