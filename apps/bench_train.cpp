@@ -562,10 +562,15 @@ Floor floor_at(const FloorRates& f, const Measured& w, double bytes_per_rank, do
   const double bw_alone = std::max(f.copy_alone, f.stream_alone);
   // A weight updated in rows is read once in the backward, by its input gradient's product, and
   // Adam reads each panel from cache: that product and that read are one pass, charged the longer
-  // of the two instead of both (docs/design.md, "Performance model").
+  // of the two instead of both. A weight updated in one pass with both its products
+  // (RowUpdate::one_pass) streams Adam's state (24 bytes a parameter: no gradient crosses memory)
+  // while it computes them: that pass is charged the longer of its products and its streams
+  // (docs/design.md, "Performance model").
   double row_overlap = 0;
   for (const nn::RowUpdate& u : w.row_updates) {
-    row_overlap += std::min(u.input_grad_flops / gemm_rate, 4.0 * static_cast<double>(u.elements) / bw_alone);
+    const double elements = static_cast<double>(u.elements);
+    row_overlap += u.one_pass ? std::min((u.input_grad_flops + u.weight_grad_flops) / gemm_rate, 24.0 * elements / bw_alone)
+                              : std::min(u.input_grad_flops / gemm_rate, 4.0 * elements / bw_alone);
   }
   row_overlap = allreduce(row_overlap, MPI_MAX);
   Floor out;
@@ -653,14 +658,18 @@ int run(const Options& o, int world_rank, int world_size) {
         "\"scan\":%s,\"steps\":%d,\"ms_median\":%.3f,\"ms_min\":%.3f,\"ms_max\":%.3f,\"floor_ms\":%.3f,"
         "\"ratio\":%.3f,\"compute_floor_ms\":%.3f,\"memory_floor_ms\":%.3f,\"ranks_per_core\":%.3f,"
         "\"gflop_per_rank\":%.4f,\"mb_per_rank\":%.3f,\"strategy\":\"%s\","
-        "\"params_per_rank\":%.0f,\"comm_mb_per_rank\":%.3f,\"row_updates\":%zu,\"row_overlap_ms\":%.3f,\"peak_rss_mb\":%.1f,"
+        "\"params_per_rank\":%.0f,\"comm_mb_per_rank\":%.3f,\"row_updates\":%zu,\"one_pass_updates\":%zu,"
+        "\"row_overlap_ms\":%.3f,\"peak_rss_mb\":%.1f,"
         "\"floor_ms_slower_rates\":%.3f}\n",
         o.model.c_str(), mesh_shape.to_string().c_str(), world_size, static_cast<long long>(o.batch), o.layers,
         sizes, o.scan ? "true" : "false", o.steps, med,
         *std::min_element(ms.begin(), ms.end()), *std::max_element(ms.begin(), ms.end()), floor_ms, med / floor_ms,
         compute_floor_ms, memory_floor_ms, share,
         flops_per_rank / 1e9, bytes_per_rank / 1e6, o.strategy.empty() ? "mesh" : o.strategy.c_str(), w.local_params,
-        w.comm_bytes / 1e6, w.row_updates.size(), floor.row_overlap_ms, peak_rss / 1e6, slower_floor_ms);
+        w.comm_bytes / 1e6, w.row_updates.size(),
+        static_cast<std::size_t>(std::count_if(w.row_updates.begin(), w.row_updates.end(),
+                                               [](const nn::RowUpdate& u) { return u.one_pass; })),
+        floor.row_overlap_ms, peak_rss / 1e6, slower_floor_ms);
     std::fflush(stdout);
   }
   return 0;

@@ -29,6 +29,42 @@ inline constexpr std::int64_t kThinGemmRows = 16;
 void thin_gemm(const float* a, const float* b, float* c, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a,
                bool trans_b);
 
+// One step of Adam (AdamW with decay > 0) on n elements in place, from their gradient g:
+// m = b1 m + (1 - b1) g, v = b2 v + (1 - b2) g^2, p -= lr ((m c1) / (sqrt(v c2) + eps) + decay p),
+// with c1 = 1 / (1 - b1^t) and c2 = 1 / (1 - b2^t) at step t. Each multiply-add is one fused
+// multiply-add where the target has them, so an element gets the same bits wherever it lies in
+// the block, here and in thin_rows_adam.
+template <class T>
+struct AdamConstants {
+  T b1, b2, eps, lr, c1, c2, decay;
+};
+void adam_update(float* p, const float* g, float* m, float* v, std::int64_t n, const AdamConstants<float>& c);
+void adam_update(double* p, const double* g, double* m, double* v, std::int64_t n, const AdamConstants<double>& c);
+
+// A weight w [k, n] (row-major f32, with its Adam moments mu and nu) whose gradient is the thin
+// product dw = x_dw^T g_dw (x_dw [m_dw, k], g_dw [m_dw, n]) of a layer y = x w, and the input
+// gradient's product dx = g_dx w^T (g_dx [m_dx, n], dx [m_dx, k]; m_dx = 0 when x needs none).
+struct ThinRowsAdam {
+  float* w;
+  float* mu;
+  float* nu;
+  std::int64_t k, n;
+  const float* x_dw;
+  std::int64_t m_dw;
+  const float* g_dw;
+  const float* g_dx;
+  std::int64_t m_dx;
+  float* dx;
+};
+// Whether thin_rows_adam takes these rows of gradient (at most kThinGemmRows each, on a target
+// with AVX-512: where its tiles fit the registers).
+bool thin_rows_adam_shape(std::int64_t m_dx, std::int64_t m_dw);
+// Rows [begin, end) of w in one pass: each row's input gradient columns dx[:, row] from the row
+// as it is, then its weight gradient and Adam's update of the row (adam_update with `c`), a
+// strip of columns at a time, the gradient never stored. dx and w get the bits thin_gemm and
+// adam_update give them (the products whole, then the update).
+void thin_rows_adam(const ThinRowsAdam& rows, std::int64_t begin, std::int64_t end, const AdamConstants<float>& c);
+
 // Reorders dimensions: out.shape[i] = in.shape[perm[i]].
 Tensor permute_dims(const Tensor& in, const std::vector<int>& perm);
 

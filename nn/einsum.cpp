@@ -280,13 +280,12 @@ class EinsumRows : public RowGradient {
   double input_grad_flops() const override {
     return dx_ != nullptr ? 2.0 * static_cast<double>(m_dx_) * static_cast<double>(k_) * static_cast<double>(n_) : 0.0;
   }
+  double weight_grad_flops() const override {
+    return 2.0 * static_cast<double>(m_dw_) * static_cast<double>(k_) * static_cast<double>(n_);
+  }
 
   void produce(std::int64_t begin, std::int64_t end, float* out) override {
-    if (begin != next_ || end <= begin || end > k_) {
-      throw Error("einsum: weight gradient rows [" + std::to_string(begin) + ", " + std::to_string(end) +
-                  ") asked for after " + std::to_string(next_) + " of " + std::to_string(k_));
-    }
-    next_ = end;
+    take(begin, end);
     const std::int64_t r = end - begin;
     if (dx_ != nullptr) {
       columns_.resize(static_cast<std::size_t>(m_dx_ * r));
@@ -300,7 +299,28 @@ class EinsumRows : public RowGradient {
     thin_gemm(rows_of_x_.data(), g_dw_, out, r, n_, m_dw_, true, false);
   }
 
+  // Both products and the update a strip of each row at a time (thin_rows_adam), where the
+  // kernel takes these batches: the gradient is never stored, and each row of w, mu and nu is
+  // read and written once, its products computed while the next strips stream in.
+  bool produce_adam(std::int64_t begin, std::int64_t end, float* value, float* mu, float* nu,
+                    const AdamConstants<float>& c) override {
+    if (!thin_rows_adam_shape(m_dx_, m_dw_)) return false;
+    if (value != w_) throw Error("einsum: the rows to update are not the weight the gradient is taken from");
+    take(begin, end);
+    thin_rows_adam({value, mu, nu, k_, n_, x_dw_, m_dw_, g_dw_, g_dx_, m_dx_, dx_}, begin, end, c);
+    return true;
+  }
+
  private:
+  // Rows [begin, end) asked for: the next ones, each once.
+  void take(std::int64_t begin, std::int64_t end) {
+    if (begin != next_ || end <= begin || end > k_) {
+      throw Error("einsum: weight gradient rows [" + std::to_string(begin) + ", " + std::to_string(end) +
+                  ") asked for after " + std::to_string(next_) + " of " + std::to_string(k_));
+    }
+    next_ = end;
+  }
+
   const float* w_;
   const float* x_dw_;
   const float* g_dw_;

@@ -12,19 +12,6 @@ namespace tessera::nn {
 namespace {
 
 template <class T>
-void adam_block(T* p, const T* g, T* mu, T* nu, std::int64_t n, T b1, T b2, T eps, T step, T c1, T c2, T decay) {
-  // step = lr; c1 = 1 / (1 - b1^t); c2 = 1 / (1 - b2^t)
-  for (std::int64_t i = 0; i < n; ++i) {
-    const T gi = g[i];
-    const T m = b1 * mu[i] + (T(1) - b1) * gi;
-    const T v = b2 * nu[i] + (T(1) - b2) * gi * gi;
-    mu[i] = m;
-    nu[i] = v;
-    p[i] -= step * ((m * c1) / (std::sqrt(v * c2) + eps) + decay * p[i]);
-  }
-}
-
-template <class T>
 void sgd_block(T* p, const T* g, T* trace, std::int64_t n, T lr, T momentum, bool nesterov) {
   for (std::int64_t i = 0; i < n; ++i) {
     const T t = g[i] + momentum * (trace ? trace[i] : T(0));
@@ -54,11 +41,17 @@ OptState Optimizer::init(const ParamTree& params) const {
 
 void Optimizer::begin_step(OptState& state) const { state.count += 1; }
 
+template <class T>
+AdamConstants<T> Optimizer::adam_constants(const OptState& state) const {
+  const double t = state.count;
+  return {T(b1), T(b2), T(eps), T(learning_rate), T(1.0 / (1.0 - std::pow(b1, t))), T(1.0 / (1.0 - std::pow(b2, t))),
+          T(kind == Kind::adamw ? weight_decay : 0.0)};
+}
+
 // Elements [begin, begin + count) of parameter `path`'s local block and of its state, updated
 // from `g` (those elements of the gradient, in the parameter's dtype).
 void Optimizer::update_elements(const std::string& path, ShardedTensor& p, OptState& state, std::int64_t begin,
                                 std::int64_t count, const void* g) const {
-  const double t = state.count;
   // Named references, not a structured binding: the dispatch lambda below captures them, which
   // clang before 16 refuses for bindings (the fuzz build compiles with clang 14).
   dispatch_dtype(p.dtype(), [&](auto zero) {
@@ -70,11 +63,8 @@ void Optimizer::update_elements(const std::string& path, ShardedTensor& p, OptSt
         T* trace = momentum != 0.0 ? state.mu.at(path).local().template data<T>() + begin : nullptr;
         sgd_block<T>(param, grad, trace, count, T(learning_rate), T(momentum), nesterov);
       } else {
-        const T c1 = T(1.0 / (1.0 - std::pow(b1, t)));
-        const T c2 = T(1.0 / (1.0 - std::pow(b2, t)));
-        adam_block<T>(param, grad, state.mu.at(path).local().template data<T>() + begin,
-                      state.nu.at(path).local().template data<T>() + begin, count, T(b1), T(b2), T(eps),
-                      T(learning_rate), c1, c2, T(kind == Kind::adamw ? weight_decay : 0.0));
+        adam_update(param, grad, state.mu.at(path).local().template data<T>() + begin,
+                    state.nu.at(path).local().template data<T>() + begin, count, adam_constants<T>(state));
       }
     } else {
       throw Error("optimizer: parameter '" + path + "' is not floating point");
@@ -88,12 +78,17 @@ void Optimizer::update_param(const std::string& path, ShardedTensor& p, const Sh
   update_elements(path, p, state, 0, p.local().numel(), g.local().raw());
 }
 
-void Optimizer::update_param_rows(const std::string& path, ShardedTensor& p, RowGradient& g, OptState& state) const {
+bool Optimizer::update_param_rows(const std::string& path, ShardedTensor& p, RowGradient& g, OptState& state) const {
   const std::int64_t rows = g.rows(), width = g.row_elements();
   if (p.dtype() != DType::f32 || rows * width != p.local().numel() ||
       (p.local().ndim() > 0 && p.local().shape()[0] != rows)) {
     throw ShapeError("optimizer: gradient of '" + path + "' comes in " + std::to_string(rows) + " rows of " +
                      std::to_string(width) + " f32, parameter is " + p.describe());
+  }
+  if (kind != Kind::sgd && rows > 0 &&
+      g.produce_adam(0, rows, p.local().data<float>(), state.mu.at(path).local().data<float>(),
+                     state.nu.at(path).local().data<float>(), adam_constants<float>(state))) {
+    return true;
   }
   const std::int64_t row_bytes = std::max<std::int64_t>(width, 1) * static_cast<std::int64_t>(sizeof(float));
   const std::int64_t panel = std::max<std::int64_t>(1, kRowPanelBytes / row_bytes);
@@ -103,6 +98,7 @@ void Optimizer::update_param_rows(const std::string& path, ShardedTensor& p, Row
     g.produce(begin, end, buffer.data<float>());
     update_elements(path, p, state, begin * width, (end - begin) * width, buffer.data<float>());
   }
+  return false;
 }
 
 void Optimizer::update(ParamTree& params, const ParamTree& grads, OptState& state) const {

@@ -44,7 +44,9 @@ struct Optimizer {
   // RowGradient): each panel of about kRowPanelBytes is updated as soon as it is produced, while
   // it and the parameter's rows are in cache, and the whole gradient never exists. The same bits
   // as update_param, element by element.
-  void update_param_rows(const std::string& path, ShardedTensor& p, RowGradient& g, OptState& state) const;
+  // Adam and AdamW take the rows in one pass with their products where the producer has a kernel
+  // for it (RowGradient::produce_adam): true then.
+  bool update_param_rows(const std::string& path, ShardedTensor& p, RowGradient& g, OptState& state) const;
   // Timed in one process, steps alternating with whole gradients (B8, Zen 5, 1 MiB of L2 a
   // core): depth 4096 on one rank 221-223 ms -> 217 at 128 KiB, 215.5 at 256, 213 at 512; depth
   // 1024 on one rank 6.2 -> 6.3 at 128, 6.07 at 256, 6.17 at 512; on 1x2 2.93 -> 3.10 at 128,
@@ -57,6 +59,9 @@ struct Optimizer {
   void update_elements(const std::string& path, ShardedTensor& p, OptState& state, std::int64_t begin,
                        std::int64_t count, const void* g) const;
   std::string to_string() const;
+  // Adam's constants for this step (state.count counted: after begin_step).
+  template <class T>
+  AdamConstants<T> adam_constants(const OptState& state) const;
 };
 
 Optimizer adam(double learning_rate, double b1 = 0.9, double b2 = 0.999, double eps = 1e-8);

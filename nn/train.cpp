@@ -185,8 +185,12 @@ double train_step(TrainState& state, const Optimizer& optimizer, const LossFn& l
   // The rows' time counts as the optimizer's, though it includes the input and weight gradients'
   // products computed panel by panel inside it.
   const ApplyRows apply_rows = [&](const std::string& path, ShardedTensor& param, RowGradient& grad) {
-    timed([&] { optimizer.update_param_rows(path, param, grad, state.opt_state); });
-    if (options.times != nullptr) row_updates.push_back({path, param.local().numel(), grad.input_grad_flops()});
+    bool one_pass = false;
+    timed([&] { one_pass = optimizer.update_param_rows(path, param, grad, state.opt_state); });
+    if (options.times != nullptr) {
+      row_updates.push_back(
+          {path, param.local().numel(), grad.input_grad_flops(), grad.weight_grad_flops(), one_pass});
+    }
   };
   const double loss =
       value_and_grad_lent(state.params, loss_fn, batch, options, apply, options.update_in_rows ? apply_rows : ApplyRows{})

@@ -33,6 +33,10 @@ struct RowUpdate {
   std::string path;
   std::int64_t elements = 0;    // of this rank's block
   double input_grad_flops = 0;  // computed from the same panels on this rank (RowGradient)
+  double weight_grad_flops = 0;  // the gradient's own (RowGradient)
+  // Updated in one pass with both products (RowGradient::produce_adam: Adam's streams and the
+  // products' FLOPs overlap), rather than panel by panel from the produced gradient.
+  bool one_pass = false;
 };
 
 // Filled by train_step when StepOptions::times is set: the optimizer's wall-clock seconds on this

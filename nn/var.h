@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/kernels.h"
 #include "mesh/sharded_tensor.h"
 
 namespace tessera::nn {
@@ -91,9 +92,20 @@ class RowGradient {
   // Writes the gradient's rows [begin, end) to `out` (f32), each panel once, in increasing order
   // from row 0.
   virtual void produce(std::int64_t begin, std::int64_t end, float* out) = 0;
+  // Adam's update (adam_update with `c`) of the variable's rows [begin, end) from those rows of
+  // its gradient, in one pass with producing them, where the producer has a kernel for that (a
+  // thin einsum's, thin_rows_adam): `value`, `mu` and `nu` are the variable's block (the one the
+  // producer reads) and its moments, from row 0. False, having done nothing, where it has none:
+  // the consumer then takes the rows from produce(). Rows in produce's order, each once.
+  virtual bool produce_adam(std::int64_t begin, std::int64_t end, float* value, float* mu, float* nu,
+                            const AdamConstants<float>& c) {
+    return false;
+  }
   // The matrix FLOPs produce() computes over all rows besides the gradient's own (einsum's input
   // gradient, from the same rows of the variable): for cost models (bench_train's floor).
   virtual double input_grad_flops() const { return 0; }
+  // The matrix FLOPs of the gradient's own rows (einsum's weight gradient), for the same models.
+  virtual double weight_grad_flops() const { return 0; }
 };
 
 // Where an op's backward puts its inputs' cotangents.

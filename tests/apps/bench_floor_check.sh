@@ -16,9 +16,14 @@
 # own, are bound within them and use them together), each within 1% (the fields are printed to 3
 # or 4 digits), and ratio = ms_median / floor_ms. The MLP's weights go in rows (row_updates, all
 # 2 x layers of them: a batch of at most 16 rows a rank), each of the same block, and every one
-# but the first layer's kernel computes an input gradient of one matmul's FLOPs from its panels:
+# but the first layer's kernel computes an input gradient of one matmul's FLOPs from its panels.
+# Either all of them are updated in one pass with their products (one_pass_updates = row_updates,
+# on a target with AVX-512), each pass the longer of its products and Adam's 24 bytes a
+# parameter, not both:
+#   row_overlap_ms = 1e3 * ((2 x layers - 1) * min(2 x matmul FLOPs / gemm rate, 24 bytes x block / bandwidth alone)
+#                           + min(matmul FLOPs / gemm rate, 24 bytes x block / bandwidth alone))
+# or none (one_pass_updates = 0), a weight read once for its input gradient and Adam's update:
 #   row_overlap_ms = 1e3 * (2 x layers - 1) * min(matmul FLOPs / gemm rate, 4 bytes x block / bandwidth alone)
-# (a weight read once for its input gradient and Adam's update: the longer of the two, not both).
 set -uo pipefail
 out=$("$@") || { echo "FAIL: bench_train exited with $?" >&2; exit 1; }
 echo "$out"
@@ -46,7 +51,13 @@ layers = step["layers"]
 assert step["row_updates"] == 2 * layers, step
 block = step["params_per_rank"] / (2 * layers)
 matmul_gflop = step["gflop_per_rank"] / (6 * layers - 1)
-overlap = 1e3 * (2 * layers - 1) * min(matmul_gflop / max(rates), 4 * block * 1e-9 / bw_alone)
+if step["one_pass_updates"] == 2 * layers:
+    def one_pass(gflop):
+        return min(gflop / max(rates), 24 * block * 1e-9 / bw_alone)
+    overlap = 1e3 * ((2 * layers - 1) * one_pass(2 * matmul_gflop) + one_pass(matmul_gflop))
+else:
+    assert step["one_pass_updates"] == 0, step
+    overlap = 1e3 * (2 * layers - 1) * min(matmul_gflop / max(rates), 4 * block * 1e-9 / bw_alone)
 assert overlap > 0 and abs(step["row_overlap_ms"] - overlap) <= 1e-2 * overlap + 1e-3, (step["row_overlap_ms"], overlap)
 compute = 1e3 * max(1.0, share) * (step["gflop_per_rank"] / max(rates) + step["mb_per_rank"] * 1e-3 / bw_alone
                                    - overlap * 1e-3)

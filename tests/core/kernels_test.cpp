@@ -507,5 +507,106 @@ TEST(Kernels, GemmOfAThinDepthIntoALargeResultEqualsLoops) {
   }
 }
 
+// Values in [-1, 1) whose products and sums round (unlike the eighths of `values`), so that a
+// kernel summing in another order, or fusing another multiply-add, gives other bits.
+std::vector<float> rounding_values(std::int64_t n, std::uint32_t seed, float low = -1.0f) {
+  std::vector<float> out(static_cast<std::size_t>(n));
+  std::uint32_t x = seed * 2654435761u + 12345u;
+  for (float& v : out) {
+    x = x * 1664525u + 1013904223u;
+    v = low + (1.0f - low) * static_cast<float>(x >> 8) / 16777216.0f;
+  }
+  return out;
+}
+
+// adam_update gives an element the same bits whether the vector loop or the scalar tail updates
+// it: a block of 37 f32 (two vectors of 16 and a tail of 5) against each element alone.
+TEST(Kernels, AdamUpdateGivesAnElementTheSameBitsAnywhereInTheBlock) {
+  const std::int64_t n = 37;
+  const AdamConstants<float> c{0.9f, 0.999f, 1e-8f, 1e-2f, 3.69f, 334.f, 0.1f};
+  std::vector<float> p = rounding_values(n, 1), g = rounding_values(n, 2), m = rounding_values(n, 3),
+                     v = rounding_values(n, 4, 0.0f);
+  std::vector<float> p1 = p, m1 = m, v1 = v;
+  adam_update(p.data(), g.data(), m.data(), v.data(), n, c);
+  for (std::int64_t i = 0; i < n; ++i) {
+    adam_update(&p1[i], &g[i], &m1[i], &v1[i], 1, c);
+    ASSERT_EQ(std::memcmp(&p[i], &p1[i], 4), 0) << i;
+    ASSERT_EQ(std::memcmp(&m[i], &m1[i], 4), 0) << i;
+    ASSERT_EQ(std::memcmp(&v[i], &v1[i], 4), 0) << i;
+  }
+  // The update itself, in double from the same f32 inputs: within a few f32 roundings.
+  const std::vector<float> p0 = rounding_values(n, 1), m0 = rounding_values(n, 3), v0 = rounding_values(n, 4, 0.0f);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double mi = 0.9 * m0[i] + (1 - 0.9f) * static_cast<double>(g[i]);
+    const double vi = 0.999 * v0[i] + (1 - 0.999f) * static_cast<double>(g[i]) * g[i];
+    const double pi = p0[i] - 1e-2 * ((mi * 3.69) / (std::sqrt(vi * 334.0) + 1e-8) + 0.1 * p0[i]);
+    EXPECT_NEAR(m[i], mi, 1e-6) << i;
+    EXPECT_NEAR(v[i], vi, 1e-6) << i;
+    EXPECT_NEAR(p[i], pi, 1e-6) << i;
+  }
+}
+
+// thin_rows_adam against its definition: the thin products whole (thin_gemm), then
+// adam_update over the whole gradient. Every bit of w, mu, nu and dx equal, over batches of 0-16
+// rows for each product (the kernel's tiles of two rows and one, by 1-16 accumulators), row widths
+// around one and two vectors, rows taken in two calls that split them anywhere.
+TEST(Kernels, ThinRowsAdamHasTheBitsOfTheProductsThenTheUpdate) {
+  if (!thin_rows_adam_shape(0, 0)) {
+    // A target without AVX-512: the kernel takes no shape, and says so.
+    ThinRowsAdam t{nullptr, nullptr, nullptr, 4, 16, nullptr, 8, nullptr, nullptr, 8, nullptr};
+    try {
+      thin_rows_adam(t, 0, 4, AdamConstants<float>{});
+      FAIL() << "no error";
+    } catch (const ShapeError& e) {
+      EXPECT_STREQ(e.what(), "thin_rows_adam: rows [0, 4) of 4 with 8 and 8 rows of gradient are not a shape it takes");
+    }
+    return;
+  }
+  EXPECT_FALSE(thin_rows_adam_shape(17, 8));
+  EXPECT_FALSE(thin_rows_adam_shape(8, 17));
+  const AdamConstants<float> c{0.9f, 0.999f, 1e-8f, 1e-2f, 3.69f, 334.f, 0.1f};
+  std::uint32_t seed = 0;
+  for (const std::int64_t m_dx : {0, 1, 3, 8, 9, 16}) {
+    for (const std::int64_t m_dw : {0, 1, 5, 8, 16}) {
+      for (const std::int64_t n : {1, 15, 16, 17, 31, 33, 70, 520}) {
+        for (const std::int64_t k : {1, 2, 5, 9}) {
+          const std::string label = "m_dx " + std::to_string(m_dx) + " m_dw " + std::to_string(m_dw) + " n " +
+                                    std::to_string(n) + " k " + std::to_string(k);
+          ++seed;
+          const std::vector<float> w0 = rounding_values(k * n, seed), mu0 = rounding_values(k * n, seed + 1000),
+                                   nu0 = rounding_values(k * n, seed + 2000, 0.0f);
+          const std::vector<float> x = rounding_values(m_dw * k, seed + 3000), g_dw = rounding_values(m_dw * n, seed + 4000),
+                                   g_dx = rounding_values(m_dx * n, seed + 5000);
+          // The definition.
+          std::vector<float> want_dx(static_cast<std::size_t>(m_dx * k)), dw(static_cast<std::size_t>(k * n));
+          if (m_dx > 0) thin_gemm(g_dx.data(), w0.data(), want_dx.data(), m_dx, k, n, false, true);
+          thin_gemm(x.data(), g_dw.data(), dw.data(), k, n, m_dw, true, false);
+          std::vector<float> want_w = w0, want_mu = mu0, want_nu = nu0;
+          adam_update(want_w.data(), dw.data(), want_mu.data(), want_nu.data(), k * n, c);
+          for (std::int64_t split = 0; split < k; split += k > 2 ? 2 : 1) {
+            std::vector<float> w = w0, mu = mu0, nu = nu0, dx(static_cast<std::size_t>(m_dx * k), -7.0f);
+            const ThinRowsAdam t{w.data(), mu.data(), nu.data(), k, n, x.data(), m_dw, g_dw.data(),
+                                 m_dx > 0 ? g_dx.data() : nullptr, m_dx, m_dx > 0 ? dx.data() : nullptr};
+            if (split > 0) thin_rows_adam(t, 0, split, c);
+            thin_rows_adam(t, split, k, c);
+            const std::string at = label + " split " + std::to_string(split);
+            ASSERT_EQ(std::memcmp(w.data(), want_w.data(), w.size() * 4), 0) << at;
+            ASSERT_EQ(std::memcmp(mu.data(), want_mu.data(), mu.size() * 4), 0) << at;
+            ASSERT_EQ(std::memcmp(nu.data(), want_nu.data(), nu.size() * 4), 0) << at;
+            ASSERT_EQ(std::memcmp(dx.data(), want_dx.data(), dx.size() * 4), 0) << at;
+          }
+        }
+      }
+    }
+  }
+  ThinRowsAdam t{nullptr, nullptr, nullptr, 4, 16, nullptr, 8, nullptr, nullptr, 17, nullptr};
+  try {
+    thin_rows_adam(t, 0, 4, c);
+    FAIL() << "no error";
+  } catch (const ShapeError& e) {
+    EXPECT_STREQ(e.what(), "thin_rows_adam: rows [0, 4) of 4 with 17 and 8 rows of gradient are not a shape it takes");
+  }
+}
+
 }  // namespace
 }  // namespace tessera

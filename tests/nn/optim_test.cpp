@@ -270,6 +270,51 @@ TEST(Gradients, ReadyRowsRefusesAConsumerThatStopsEarly) {
   }
 }
 
+// Weights updated in rows whose blocks are uneven or empty (3 rows or columns over 4 ranks, 40
+// over 3): train_step (one pass with both products, or panels) gives the bits of whole gradients,
+// for the weights and both moments, step after step.
+TEST(TrainStep, UpdatesInRowsOnUnevenAndEmptyBlocks) {
+  const int n = testing_support::world_size();
+  Mesh mesh = Mesh::world(MeshShape({"data", "model"}, {1, n}));
+  for (const std::int64_t width : {3, 40}) {
+    const std::string label = "width " + std::to_string(width);
+    ParamTree params;
+    params.emplace("w1", ShardedTensor::from_global(mesh, parse_spec("P(None, model)"),
+                                                    testing_util::test_values({24, width}, 2, DType::f32)));
+    params.emplace("w2", ShardedTensor::from_global(mesh, parse_spec("P(model, None)"),
+                                                    testing_util::test_values({width, 24}, 3, DType::f32)));
+    const Optimizer opt = adamw(1e-2, 0.1);
+    TrainState rows = create_train_state(params, opt);
+    TrainState whole = create_train_state(params, opt);
+    const LossFn loss_fn = [](const VarTree& p, const Batch& batch) {
+      const Var h = relu(einsum("bk,kn->bn", Var(batch.x), p.at("w1")));
+      const Var y = einsum("bn,nk->bk", h, p.at("w2"));
+      return sum(mul(y, y));
+    };
+    StepOptions options;
+    StepTimes times;
+    options.times = &times;
+    StepOptions without_rows = options;
+    without_rows.update_in_rows = false;
+    for (int step = 0; step < 3; ++step) {
+      const Batch batch{ShardedTensor::from_fn(
+          mesh, Spec::replicated(2), {4, 24}, DType::f32,
+          [step](std::int64_t i) { return 0.1 * ((i * 7 + step) % 11) - 0.5; }, "x")};
+      const double loss = train_step(rows, opt, loss_fn, batch, options);
+      EXPECT_FALSE(times.row_updates.empty()) << label << " step " << step;
+      EXPECT_EQ(train_step(whole, opt, loss_fn, batch, without_rows), loss) << label << " step " << step;
+    }
+    for (const std::string path : {"w1", "w2"}) {
+      EXPECT_TRUE(rows.params.at(path).local().bit_equal(whole.params.at(path).local())) << label << " " << path;
+      EXPECT_TRUE(rows.opt_state.mu.at(path).local().bit_equal(whole.opt_state.mu.at(path).local())) << label << " " << path;
+      EXPECT_TRUE(rows.opt_state.nu.at(path).local().bit_equal(whole.opt_state.nu.at(path).local())) << label << " " << path;
+      EXPECT_FALSE(rows.params.at(path).local().numel() > 0 &&
+                   rows.params.at(path).local().bit_equal(params.at(path).local()))
+          << label << " " << path << " not updated";
+    }
+  }
+}
+
 // train_step updates each parameter during the backward pass, as soon as its gradient is final
 // (the tape's GradOptions::ready; a thin weight a panel of rows at a time inside its einsum's
 // backward, GradOptions::ready_rows, unless StepOptions::update_in_rows is false): the same bits
@@ -330,8 +375,12 @@ TEST(TrainStep, UpdatesDuringTheBackwardWithTheBitsOfUpdateAfterIt) {
               const std::string want = "DotReluDot_" + std::to_string(layer) + (i % 2 == 0 ? "/W2" : "/Dense_0/kernel");
               EXPECT_EQ(u.path, want) << label;
               EXPECT_EQ(u.elements, fused.params.at(want).local().numel()) << label << " " << want;
-              EXPECT_EQ(u.input_grad_flops, want == "DotReluDot_0/Dense_0/kernel" ? 0.0 : 2.0 * rows * u.elements)
-                  << label << " " << want;
+              const bool first = want == "DotReluDot_0/Dense_0/kernel";
+              EXPECT_EQ(u.input_grad_flops, first ? 0.0 : 2.0 * rows * u.elements) << label << " " << want;
+              // The weight gradient from the whole batch's rows (gathered over data where it is split).
+              EXPECT_EQ(u.weight_grad_flops, 2.0 * 4 * n * u.elements) << label << " " << want;
+              // In one pass with both products wherever the kernel takes the batches (AVX-512).
+              EXPECT_EQ(u.one_pass, thin_rows_adam_shape(first ? 0 : rows, 4 * n)) << label << " " << want;
             }
           }
           StepOptions without_rows = options;
