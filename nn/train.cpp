@@ -183,7 +183,7 @@ double train_step(TrainState& state, const Optimizer& optimizer, const LossFn& l
     timed([&] { optimizer.update_param(path, param, grad, state.opt_state); });
   };
   // The rows' time counts as the optimizer's, though it includes the input and weight gradients'
-  // products computed panel by panel inside it.
+  // products computed inside it (panel by panel, or in one pass with the update).
   const ApplyRows apply_rows = [&](const std::string& path, ShardedTensor& param, RowGradient& grad) {
     bool one_pass = false;
     timed([&] { one_pass = optimizer.update_param_rows(path, param, grad, state.opt_state); });
