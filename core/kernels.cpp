@@ -602,9 +602,14 @@ void adam_update_typed(T* p, const T* g, T* m, T* v, std::int64_t n, const AdamC
 }
 
 // How far ahead of the strip it updates thin_rows_adam prefetches the weight's and the moments'
-// rows, in elements (4 KiB of f32): the three streams it reads and writes, which the hardware
-// prefetcher alone kept at 27-35 GB/s there against 60-80 for Adam's own loop.
-constexpr std::int64_t kRowsAdamAhead = 1024;
+// rows, in elements (2 KiB of f32): the three streams it reads and writes, which the hardware
+// prefetcher alone kept at 27-35 GB/s there against 60-80 for Adam's own loop. In the step
+// (`train_mlp`, steps alternating between two distances, the optimizer's median time a step):
+// 2 KiB against 4, depth 4096 one rank 124.9 against 139.5 ms, on 1x2 109.3 and 109.1 against
+// 111.3 and 110.9; 1 KiB against 4 at depth 1024, 1-3% faster in six runs on one rank and 1x2;
+// 1 KiB against 2 level; 512 bytes and none slower (one rank 4.09 and 5.13 ms against 3.65 and
+// 3.71 at 1 KiB).
+constexpr std::int64_t kRowsAdamAhead = 512;
 
 // thin_rows_adam over Rows rows from row i, with the input gradient's R rows of accumulators
 // (R x Rows vectors) in registers: each strip of the rows is loaded once for the input gradient's
