@@ -2,17 +2,20 @@
 // (--model lm) on the current mesh, beside the floor of docs/design.md ("Performance model")
 // measured in the same run, the larger of two lower bounds:
 //   compute floor = max(1, ranks per core) x (matrix FLOPs per rank / GEMM rate alone
-//                   + 28 bytes per fp32 parameter per rank / bandwidth alone
+//                   + 28 bytes per fp32 parameter per rank / bandwidth alone, of which the 24
+//                     of a parameter updated in rows at the rows bandwidth alone
 //                   - for each weight updated in rows, the shorter of its input gradient's FLOPs
-//                     / GEMM rate and 4 bytes per parameter / bandwidth alone)
-//   memory floor  = 28 bytes per fp32 parameter per rank / bandwidth per rank, all at once
+//                     / GEMM rate and 4 bytes per parameter / bandwidth alone; for one updated
+//                     in one pass, of both products' FLOPs and its 24 bytes at the rows bandwidth)
+//   memory floor  = the same bytes at the bandwidths per rank, all at once
 // The first is the busiest core's work (its ranks run one at a time, none faster than a rank
 // alone on its core), the second the node's memory traffic. The GEMM rate is the fastest of the
 // MLP layer's three products (forward, input gradient, weight gradient), on this rank's rows and
-// on the whole batch's (the transformer: its MLP up-projection), and a bandwidth the larger of
+// on the whole batch's (the transformer: its MLP up-projection), a bandwidth the larger of
 // memcpy's on a large buffer and that of a fused pass with Adam's own streams (read p, g, m, v;
-// write p, m, v) over this rank's parameter count; "alone" is rank 0 with every other rank
-// asleep.
+// write p, m, v) over this rank's parameter blocks, and the rows bandwidth the largest of those
+// and a pass with a weight in rows' streams (read and write p, m, v); "alone" is rank 0 with
+// every other rank asleep.
 // The transformer's matrix FLOPs per step are 3x its forward's (each matmul has a weight and an
 // input gradient): per token and layer 2*d*3d (q, k, v) + 2*d*d (o) + 2*2*d*d_ff (MLP), per
 // token 2*d*vocab (unembedding), and per sequence, layer and head 2*2*d_head*s(s+1)/2 for the
@@ -26,6 +29,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -192,24 +196,35 @@ GemmRates measure_gemm_rates(std::int64_t m, std::int64_t n, std::int64_t k, boo
   return r;
 }
 
-// The floor's arrays, mapped from the kernel and given back to it whole, page-aligned as tensor
-// storage is (64 bytes or more). Through std::vector they started 16 bytes past a page, as
-// malloc's large blocks do, and every vector access straddled cache lines: Adam's streams ran
-// at 33-34 GB/s on one core against 47-61 aligned, and the floor was not a lower bound for an
-// optimizer that reads aligned tensors. Through malloc, arrays freed before the model's state is
-// allocated would also raise glibc's mmap threshold to their size, so the model's tensors below
-// it would come from the heap (the peak RSS printed grew 195 -> 227 MB, the transformer on 8
-// ranks).
+// The floor's arrays, mapped from the kernel and given back to it whole, laid out as tensor
+// storage is (core/buffer_pool.cpp): page-aligned (64 bytes or more), and from 2 MiB on 2 MiB
+// aligned and advised to transparent huge pages. Through std::vector they started 16 bytes past a
+// page, as malloc's large blocks do, and every vector access straddled cache lines: Adam's
+// streams ran at 33-34 GB/s on one core against 47-61 aligned, and the floor was not a lower
+// bound for an optimizer that reads aligned tensors. Through malloc, arrays freed before the
+// model's state is allocated would also raise glibc's mmap threshold to their size, so the
+// model's tensors below it would come from the heap (the peak RSS printed grew 195 -> 227 MB, the
+// transformer on 8 ranks). On 4 KiB pages (until 2026-11-26, seventh session, where the host
+// gives huge pages only where asked) they streamed slower than the model's tensors do, and the
+// one-pass weight update of B8 L8 D4096 on one rank came in under the floor (ratio 0.95).
 template <class T>
 class MappedArray {
  public:
   MappedArray(std::size_t n, T value) : n_(std::max<std::size_t>(n, 1)) {
-    void* at = mmap(nullptr, n_ * sizeof(T), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    constexpr std::size_t huge = std::size_t{2} << 20;
+    const std::size_t bytes = n_ * sizeof(T);
+    mapped_ = bytes >= huge ? bytes + huge : bytes;
+    void* at = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (at == MAP_FAILED) throw std::bad_alloc();
+    base_ = at;
+    if (bytes >= huge) {
+      at = reinterpret_cast<void*>((reinterpret_cast<std::uintptr_t>(at) + huge - 1) / huge * huge);
+      ::madvise(at, bytes, MADV_HUGEPAGE);  // advice only, as for tensors: failure is harmless
+    }
     data_ = static_cast<T*>(at);
     std::fill_n(data_, n_, value);
   }
-  ~MappedArray() { munmap(data_, n_ * sizeof(T)); }
+  ~MappedArray() { munmap(base_, mapped_); }
   MappedArray(const MappedArray&) = delete;
   MappedArray& operator=(const MappedArray&) = delete;
   T* data() { return data_; }
@@ -217,6 +232,8 @@ class MappedArray {
 
  private:
   std::size_t n_;
+  std::size_t mapped_ = 0;
+  void* base_ = nullptr;
   T* data_ = nullptr;
 };
 
@@ -280,6 +297,52 @@ double measure_adam_stream_bandwidth(const std::vector<std::int64_t>& blocks, do
       },
       seconds, how);
   return 28.0 * elements * rate;
+}
+
+// The streams of a weight updated in rows (nn::RowUpdate): its gradient never crosses memory (it
+// is computed a panel or a strip at a time, in cache), so Adam reads and writes p, m and v only,
+// 24 bytes per element, with only the arithmetic a bandwidth-bound loop needs (a gradient made
+// from p in registers; no square root or division).
+void rows_stream(float* __restrict p, float* __restrict m, float* __restrict v, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const float gi = 1e-3f * p[i];
+    const float mi = 0.9f * m[i] + 0.1f * gi;
+    const float vi = 0.999f * v[i] + 0.001f * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] -= 1e-3f * (mi + vi);
+  }
+}
+
+// Bytes per second per rank of rows_stream's three streams (24 bytes per element) over blocks of
+// the sizes of the rank's parameter blocks, as measure_adam_stream_bandwidth lays them out. Until
+// 2026-11-26 (seventh session) the floor charged a weight updated in rows at Adam's four streams'
+// rate; its own three ran faster (8 blocks of 1 Mi elements 3-8%, 4 of 16 Mi 3-9%, a scratch
+// program), and B8 L8 D4096 on one rank, its weights updated in one pass, came in under that
+// floor (ratio 0.95).
+double measure_rows_stream_bandwidth(const std::vector<std::int64_t>& blocks, double seconds, Measure how) {
+  struct Block {
+    MappedArray<float> p, m, v;
+    std::size_t n;
+    explicit Block(std::size_t size) : p(size, 1.0f), m(size, 0.0f), v(size, 0.0f), n(size) {}
+  };
+  std::vector<std::unique_ptr<Block>> arrays;
+  double elements = 0;
+  for (std::int64_t size : blocks) {
+    if (size < 1) continue;
+    arrays.push_back(std::make_unique<Block>(static_cast<std::size_t>(size)));
+    elements += static_cast<double>(size);
+  }
+  if (arrays.empty()) {
+    arrays.push_back(std::make_unique<Block>(1));
+    elements = 1;
+  }
+  const double rate = rate_of(
+      [&] {
+        for (auto& b : arrays) rows_stream(b->p.data(), b->m.data(), b->v.data(), b->n);
+      },
+      seconds, how);
+  return 24.0 * elements * rate;
 }
 
 // Ranks per core on the busiest node: the ranks that share this rank's memory (one node) over
@@ -511,6 +574,7 @@ struct FloorRates {
   GemmRates rates;  // the step's product on this rank's rows
   GemmRates whole;  // the same products on the whole batch's rows (the MLP), else `rates`
   double copy_alone = 0, stream_alone = 0, copy_all = 0, stream_all = 0;
+  double rows_alone = 0, rows_all = 0;  // rows_stream's
 };
 
 // Collective: every rank measures (rank 0 alone, or all at once) and receives the rates.
@@ -528,6 +592,8 @@ FloorRates measure_floor_rates(const Options& o, const Measured& w) {
   f.stream_alone = measure_adam_stream_bandwidth(w.local_blocks, secs, Measure::alone);
   f.copy_all = measure_copy_bandwidth(copy_bytes, secs, Measure::all_at_once);
   f.stream_all = measure_adam_stream_bandwidth(w.local_blocks, secs, Measure::all_at_once);
+  f.rows_alone = measure_rows_stream_bandwidth(w.local_blocks, secs, Measure::alone);
+  f.rows_all = measure_rows_stream_bandwidth(w.local_blocks, secs, Measure::all_at_once);
   return f;
 }
 
@@ -542,7 +608,9 @@ FloorRates pick_rates(const FloorRates& a, const FloorRates& b, Pick pick) {
           pick(a.copy_alone, b.copy_alone),
           pick(a.stream_alone, b.stream_alone),
           pick(a.copy_all, b.copy_all),
-          pick(a.stream_all, b.stream_all)};
+          pick(a.stream_all, b.stream_all),
+          pick(a.rows_alone, b.rows_alone),
+          pick(a.rows_all, b.rows_all)};
 }
 FloorRates faster(const FloorRates& a, const FloorRates& b) {
   return pick_rates(a, b, [](double x, double y) { return std::max(x, y); });
@@ -552,31 +620,43 @@ FloorRates slower(const FloorRates& a, const FloorRates& b) {
 }
 
 // The step's floor at the rates `f` for a rank that moves `bytes_per_rank` (docs/design.md,
-// "Performance model"). Collective (the row overlap is the busiest rank's).
+// "Performance model"). Collective (the row overlap and the parameters in rows are the busiest
+// rank's).
 struct Floor {
   double compute_ms = 0, memory_ms = 0, row_overlap_ms = 0;
+  double row_params = 0;  // parameters updated in rows, whose Adam streams are rows_stream's
   double ms() const { return std::max(compute_ms, memory_ms); }
 };
 Floor floor_at(const FloorRates& f, const Measured& w, double bytes_per_rank, double share) {
   const double gemm_rate = std::max(f.rates.best(), f.whole.best());
   const double bw_alone = std::max(f.copy_alone, f.stream_alone);
+  const double bw_all = std::max(f.copy_all, f.stream_all);
+  // A weight updated in rows streams p, m and v only (24 of its 28 bytes): those are charged at
+  // the fastest of the three patterns' rates, the rest at the faster of the copy's and Adam's.
+  const double rows_alone = std::max(bw_alone, f.rows_alone), rows_all = std::max(bw_all, f.rows_all);
   // A weight updated in rows is read once in the backward, by its input gradient's product, and
   // Adam reads each panel from cache: that product and that read are one pass, charged the longer
   // of the two instead of both. A weight updated in one pass with both its products
   // (RowUpdate::one_pass) streams Adam's state (24 bytes a parameter: no gradient crosses memory)
   // while it computes them: that pass is charged the longer of its products and its streams
   // (docs/design.md, "Performance model").
-  double row_overlap = 0;
+  double row_overlap = 0, row_params = 0;
   for (const nn::RowUpdate& u : w.row_updates) {
     const double elements = static_cast<double>(u.elements);
-    row_overlap += u.one_pass ? std::min((u.input_grad_flops + u.weight_grad_flops) / gemm_rate, 24.0 * elements / bw_alone)
-                              : std::min(u.input_grad_flops / gemm_rate, 4.0 * elements / bw_alone);
+    row_params += elements;
+    row_overlap += u.one_pass
+                       ? std::min((u.input_grad_flops + u.weight_grad_flops) / gemm_rate, 24.0 * elements / rows_alone)
+                       : std::min(u.input_grad_flops / gemm_rate, 4.0 * elements / bw_alone);
   }
   row_overlap = allreduce(row_overlap, MPI_MAX);
+  row_params = allreduce(row_params, MPI_MAX);
+  const double row_bytes = 24.0 * row_params, other_bytes = bytes_per_rank - row_bytes;
   Floor out;
-  out.compute_ms = 1e3 * share * (w.flops_per_rank / gemm_rate + bytes_per_rank / bw_alone - row_overlap);
-  out.memory_ms = 1e3 * bytes_per_rank / std::max(f.copy_all, f.stream_all);
+  out.compute_ms =
+      1e3 * share * (w.flops_per_rank / gemm_rate + other_bytes / bw_alone + row_bytes / rows_alone - row_overlap);
+  out.memory_ms = 1e3 * (other_bytes / bw_all + row_bytes / rows_all);
   out.row_overlap_ms = 1e3 * row_overlap;
+  out.row_params = row_params;
   return out;
 }
 
@@ -645,6 +725,9 @@ int run(const Options& o, int world_rank, int world_size) {
     std::printf(
         "{\"bench\":\"adam_stream\",\"ranks\":%d,\"elements\":%lld,\"gb_per_s_per_rank\":%.3f,\"gb_per_s_alone\":%.3f}\n",
         world_size, static_cast<long long>(w.local_params), f.stream_all / 1e9, f.stream_alone / 1e9);
+    std::printf(
+        "{\"bench\":\"rows_stream\",\"ranks\":%d,\"elements\":%lld,\"gb_per_s_per_rank\":%.3f,\"gb_per_s_alone\":%.3f}\n",
+        world_size, static_cast<long long>(w.local_params), f.rows_all / 1e9, f.rows_alone / 1e9);
     char sizes[160];
     if (o.model == "mlp") {
       std::snprintf(sizes, sizeof sizes, "\"depth\":%lld", static_cast<long long>(o.depth));
@@ -659,7 +742,7 @@ int run(const Options& o, int world_rank, int world_size) {
         "\"ratio\":%.3f,\"compute_floor_ms\":%.3f,\"memory_floor_ms\":%.3f,\"ranks_per_core\":%.3f,"
         "\"gflop_per_rank\":%.4f,\"mb_per_rank\":%.3f,\"strategy\":\"%s\","
         "\"params_per_rank\":%.0f,\"comm_mb_per_rank\":%.3f,\"row_updates\":%zu,\"one_pass_updates\":%zu,"
-        "\"row_overlap_ms\":%.3f,\"peak_rss_mb\":%.1f,"
+        "\"row_overlap_ms\":%.3f,\"row_params_per_rank\":%.0f,\"peak_rss_mb\":%.1f,"
         "\"floor_ms_slower_rates\":%.3f}\n",
         o.model.c_str(), mesh_shape.to_string().c_str(), world_size, static_cast<long long>(o.batch), o.layers,
         sizes, o.scan ? "true" : "false", o.steps, med,
@@ -669,7 +752,7 @@ int run(const Options& o, int world_rank, int world_size) {
         w.comm_bytes / 1e6, w.row_updates.size(),
         static_cast<std::size_t>(std::count_if(w.row_updates.begin(), w.row_updates.end(),
                                                [](const nn::RowUpdate& u) { return u.one_pass; })),
-        floor.row_overlap_ms, peak_rss / 1e6, slower_floor_ms);
+        floor.row_overlap_ms, floor.row_params, peak_rss / 1e6, slower_floor_ms);
     std::fflush(stdout);
   }
   return 0;

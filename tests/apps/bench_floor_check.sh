@@ -1,27 +1,31 @@
 #!/usr/bin/env bash
 # bench_floor_check.sh COMMAND...: COMMAND (bench_train under mpirun, all ranks on this machine)
-# prints its gemm, copy, adam_stream and train_step lines, and the step's floor is the one
-# docs/design.md defines:
+# prints its gemm, copy, adam_stream, rows_stream and train_step lines, and the step's floor is
+# the one docs/design.md defines:
 #   compute_floor_ms = 1e3 * max(1, ranks_per_core)
-#                      * (gflop_per_rank / gemm rate + mb_per_rank * 1e-3 / max(copy, adam_stream) alone
-#                         - row_overlap_ms * 1e-3)
-#   memory_floor_ms  = 1e3 * mb_per_rank * 1e-3 / max(copy, adam_stream) per rank, all at once
+#                      * (gflop_per_rank / gemm rate + other MB * 1e-3 / bandwidth alone
+#                         + row MB * 1e-3 / rows bandwidth alone - row_overlap_ms * 1e-3)
+#   memory_floor_ms  = 1e3 * (other MB * 1e-3 / bandwidth per rank + row MB * 1e-3 / rows bandwidth per rank)
 #   floor_ms = max(compute_floor_ms, memory_floor_ms)
-# and floor_ms_slower_rates (the same floor at the slower of each rate's two measurements) is
-# not below floor_ms,
+# where row MB = 24 bytes x row_params_per_rank (a weight updated in rows streams p, m and v
+# only), other MB = mb_per_rank - row MB, the bandwidth max(copy, adam_stream) and the rows
+# bandwidth max(copy, adam_stream, rows_stream), each alone (rank 0 by itself) or per rank (all at
+# once); and floor_ms_slower_rates (the same floor at the slower of each rate's two
+# measurements) is not below floor_ms,
 # with the gemm rate the fastest of the MLP's three products measured on one rank alone
 # (forward, input gradient, weight gradient; all three printed and positive) on this rank's rows
 # and on the whole batch's (whole_batch_gflops, the fastest of those three), ranks_per_core the
 # ranks over the CPUs this script may use (the job's: ranks bound to cores, each seeing only its
 # own, are bound within them and use them together), each within 1% (the fields are printed to 3
 # or 4 digits), and ratio = ms_median / floor_ms. The MLP's weights go in rows (row_updates, all
-# 2 x layers of them: a batch of at most 16 rows a rank), each of the same block, and every one
-# but the first layer's kernel computes an input gradient of one matmul's FLOPs from its panels.
+# 2 x layers of them: a batch of at most 16 rows a rank; row_params_per_rank all of the rank's
+# parameters), each of the same block, and every one but the first layer's kernel computes an
+# input gradient of one matmul's FLOPs from its panels.
 # Either all of them are updated in one pass with their products (one_pass_updates = row_updates,
 # on a target with AVX-512), each pass the longer of its products and Adam's 24 bytes a
-# parameter, not both:
-#   row_overlap_ms = 1e3 * ((2 x layers - 1) * min(2 x matmul FLOPs / gemm rate, 24 bytes x block / bandwidth alone)
-#                           + min(matmul FLOPs / gemm rate, 24 bytes x block / bandwidth alone))
+# parameter at the rows bandwidth, not both:
+#   row_overlap_ms = 1e3 * ((2 x layers - 1) * min(2 x matmul FLOPs / gemm rate, 24 bytes x block / rows bandwidth alone)
+#                           + min(matmul FLOPs / gemm rate, 24 bytes x block / rows bandwidth alone))
 # or none (one_pass_updates = 0), a weight read once for its input gradient and Adam's update:
 #   row_overlap_ms = 1e3 * (2 x layers - 1) * min(matmul FLOPs / gemm rate, 4 bytes x block / bandwidth alone)
 set -uo pipefail
@@ -34,13 +38,16 @@ for line in sys.argv[1].splitlines():
     if line.startswith("{"):
         d = json.loads(line)
         lines[d["bench"]] = d
-for name in ("gemm", "copy", "adam_stream", "train_step"):
+for name in ("gemm", "copy", "adam_stream", "rows_stream", "train_step"):
     assert name in lines, f"no {name} line"
-gemm, copy, stream, step = lines["gemm"], lines["copy"], lines["adam_stream"], lines["train_step"]
-assert stream["gb_per_s_per_rank"] > 0 and stream["elements"] > 0, stream
-assert stream["gb_per_s_alone"] > 0 and copy["gb_per_s_alone"] > 0, (copy, stream)
+gemm, copy, stream, rows, step = (lines[name] for name in ("gemm", "copy", "adam_stream", "rows_stream", "train_step"))
+for s in (stream, rows):
+    assert s["gb_per_s_per_rank"] > 0 and s["gb_per_s_alone"] > 0 and s["elements"] == step["params_per_rank"], s
+assert copy["gb_per_s_alone"] > 0, copy
 bw_all = max(copy["gb_per_s_per_rank"], stream["gb_per_s_per_rank"])
 bw_alone = max(copy["gb_per_s_alone"], stream["gb_per_s_alone"])
+rows_all = max(bw_all, rows["gb_per_s_per_rank"])
+rows_alone = max(bw_alone, rows["gb_per_s_alone"])
 rates = [gemm["gflops_per_rank"], gemm["input_grad_gflops_per_rank"], gemm["weight_grad_gflops_per_rank"]]
 assert min(rates) > 0, gemm
 assert gemm["whole_batch_m"] >= gemm["m"] and gemm["whole_batch_gflops"] > 0, gemm
@@ -50,18 +57,21 @@ assert abs(step["ranks_per_core"] - share) <= 1e-3, (step["ranks_per_core"], sha
 layers = step["layers"]
 assert step["row_updates"] == 2 * layers, step
 block = step["params_per_rank"] / (2 * layers)
+assert step["row_params_per_rank"] == step["params_per_rank"], step
 matmul_gflop = step["gflop_per_rank"] / (6 * layers - 1)
 if step["one_pass_updates"] == 2 * layers:
     def one_pass(gflop):
-        return min(gflop / max(rates), 24 * block * 1e-9 / bw_alone)
+        return min(gflop / max(rates), 24 * block * 1e-9 / rows_alone)
     overlap = 1e3 * ((2 * layers - 1) * one_pass(2 * matmul_gflop) + one_pass(matmul_gflop))
 else:
     assert step["one_pass_updates"] == 0, step
     overlap = 1e3 * (2 * layers - 1) * min(matmul_gflop / max(rates), 4 * block * 1e-9 / bw_alone)
 assert overlap > 0 and abs(step["row_overlap_ms"] - overlap) <= 1e-2 * overlap + 1e-3, (step["row_overlap_ms"], overlap)
-compute = 1e3 * max(1.0, share) * (step["gflop_per_rank"] / max(rates) + step["mb_per_rank"] * 1e-3 / bw_alone
-                                   - overlap * 1e-3)
-memory = 1e3 * step["mb_per_rank"] * 1e-3 / bw_all
+row_mb = 24 * step["row_params_per_rank"] * 1e-6
+other_mb = step["mb_per_rank"] - row_mb
+compute = 1e3 * max(1.0, share) * (step["gflop_per_rank"] / max(rates) + other_mb * 1e-3 / bw_alone
+                                   + row_mb * 1e-3 / rows_alone - overlap * 1e-3)
+memory = 1e3 * (other_mb * 1e-3 / bw_all + row_mb * 1e-3 / rows_all)
 for name, want in (("compute_floor_ms", compute), ("memory_floor_ms", memory), ("floor_ms", max(compute, memory))):
     assert abs(want - step[name]) <= 1e-2 * want, (name, want, step[name])  # printed to 3-4 digits
 floor = max(compute, memory)

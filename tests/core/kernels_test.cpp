@@ -568,32 +568,39 @@ TEST(Kernels, ThinRowsAdamHasTheBitsOfTheProductsThenTheUpdate) {
   std::uint32_t seed = 0;
   for (const std::int64_t m_dx : {0, 1, 3, 8, 9, 16}) {
     for (const std::int64_t m_dw : {0, 1, 5, 8, 16}) {
-      for (const std::int64_t n : {1, 15, 16, 17, 31, 33, 70, 520}) {
-        for (const std::int64_t k : {1, 2, 5, 9}) {
-          const std::string label = "m_dx " + std::to_string(m_dx) + " m_dw " + std::to_string(m_dw) + " n " +
-                                    std::to_string(n) + " k " + std::to_string(k);
-          ++seed;
-          const std::vector<float> w0 = rounding_values(k * n, seed), mu0 = rounding_values(k * n, seed + 1000),
-                                   nu0 = rounding_values(k * n, seed + 2000, 0.0f);
-          const std::vector<float> x = rounding_values(m_dw * k, seed + 3000), g_dw = rounding_values(m_dw * n, seed + 4000),
-                                   g_dx = rounding_values(m_dx * n, seed + 5000);
-          // The definition.
-          std::vector<float> want_dx(static_cast<std::size_t>(m_dx * k)), dw(static_cast<std::size_t>(k * n));
-          if (m_dx > 0) thin_gemm(g_dx.data(), w0.data(), want_dx.data(), m_dx, k, n, false, true);
-          thin_gemm(x.data(), g_dw.data(), dw.data(), k, n, m_dw, true, false);
-          std::vector<float> want_w = w0, want_mu = mu0, want_nu = nu0;
-          adam_update(want_w.data(), dw.data(), want_mu.data(), want_nu.data(), k * n, c);
-          for (std::int64_t split = 0; split < k; split += k > 2 ? 2 : 1) {
-            std::vector<float> w = w0, mu = mu0, nu = nu0, dx(static_cast<std::size_t>(m_dx * k), -7.0f);
-            const ThinRowsAdam t{w.data(), mu.data(), nu.data(), k, n, x.data(), m_dw, g_dw.data(),
-                                 m_dx > 0 ? g_dx.data() : nullptr, m_dx, m_dx > 0 ? dx.data() : nullptr};
-            if (split > 0) thin_rows_adam(t, 0, split, c);
-            thin_rows_adam(t, split, k, c);
-            const std::string at = label + " split " + std::to_string(split);
-            ASSERT_EQ(std::memcmp(w.data(), want_w.data(), w.size() * 4), 0) << at;
-            ASSERT_EQ(std::memcmp(mu.data(), want_mu.data(), mu.size() * 4), 0) << at;
-            ASSERT_EQ(std::memcmp(nu.data(), want_nu.data(), nu.size() * 4), 0) << at;
-            ASSERT_EQ(std::memcmp(dx.data(), want_dx.data(), dx.size() * 4), 0) << at;
+      // The layer's own gradient g for both products (g_dx == g_dw, as in a layer whose weight
+      // gradient takes the rows its input gradient does) or two different ones.
+      for (const bool one_g : {false, true}) {
+        if (one_g && m_dx != m_dw) continue;
+        for (const std::int64_t n : {1, 15, 16, 17, 31, 33, 70, 520}) {
+          for (const std::int64_t k : {1, 2, 5, 9}) {
+            const std::string label = "m_dx " + std::to_string(m_dx) + " m_dw " + std::to_string(m_dw) + " n " +
+                                      std::to_string(n) + " k " + std::to_string(k) + (one_g ? " one g" : "");
+            ++seed;
+            const std::vector<float> w0 = rounding_values(k * n, seed), mu0 = rounding_values(k * n, seed + 1000),
+                                     nu0 = rounding_values(k * n, seed + 2000, 0.0f);
+            const std::vector<float> x = rounding_values(m_dw * k, seed + 3000),
+                                     g_dw = rounding_values(m_dw * n, seed + 4000),
+                                     g_dx = one_g ? g_dw : rounding_values(m_dx * n, seed + 5000);
+            // The definition.
+            std::vector<float> want_dx(static_cast<std::size_t>(m_dx * k)), dw(static_cast<std::size_t>(k * n));
+            if (m_dx > 0) thin_gemm(g_dx.data(), w0.data(), want_dx.data(), m_dx, k, n, false, true);
+            thin_gemm(x.data(), g_dw.data(), dw.data(), k, n, m_dw, true, false);
+            std::vector<float> want_w = w0, want_mu = mu0, want_nu = nu0;
+            adam_update(want_w.data(), dw.data(), want_mu.data(), want_nu.data(), k * n, c);
+            for (std::int64_t split = 0; split < k; split += k > 2 ? 2 : 1) {
+              std::vector<float> w = w0, mu = mu0, nu = nu0, dx(static_cast<std::size_t>(m_dx * k), -7.0f);
+              const float* g_dx_at = m_dx == 0 ? nullptr : one_g ? g_dw.data() : g_dx.data();
+              const ThinRowsAdam t{w.data(), mu.data(), nu.data(), k,     n, x.data(), m_dw, g_dw.data(),
+                                   g_dx_at,  m_dx,      m_dx > 0 ? dx.data() : nullptr};
+              if (split > 0) thin_rows_adam(t, 0, split, c);
+              thin_rows_adam(t, split, k, c);
+              const std::string at = label + " split " + std::to_string(split);
+              ASSERT_EQ(std::memcmp(w.data(), want_w.data(), w.size() * 4), 0) << at;
+              ASSERT_EQ(std::memcmp(mu.data(), want_mu.data(), mu.size() * 4), 0) << at;
+              ASSERT_EQ(std::memcmp(nu.data(), want_nu.data(), nu.size() * 4), 0) << at;
+              ASSERT_EQ(std::memcmp(dx.data(), want_dx.data(), dx.size() * 4), 0) << at;
+            }
           }
         }
       }
