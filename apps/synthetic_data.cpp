@@ -35,7 +35,7 @@ SyntheticData::SyntheticData(DataConfig config, const Mesh& mesh, const Rules& r
   teacher_ = models::DotReluDot{config.width, initializers::xavier_normal(), config.logical};
   nn::ParamDecl decl(mesh.shape(), rules);
   teacher_->declare(decl.child("teacher"), {config.batch, config.width});
-  teacher_params_ = nn::init_params(decl.infos(), mesh, config.seed);
+  teacher_vars_ = nn::as_vars(nn::init_params(decl.infos(), mesh, config.seed), false);
 }
 
 nn::Batch SyntheticData::batch(std::int64_t step) const {
@@ -62,9 +62,8 @@ nn::Batch SyntheticData::batch(std::int64_t step) const {
       },
       "x");
   if (!teacher_) return {std::move(x), std::nullopt};
-  nn::VarTree vars = nn::as_vars(teacher_params_, false);
   models::ApplyContext ctx{rules_};
-  ShardedTensor z = teacher_->apply(nn::ParamView(vars, "teacher"), ctx, nn::Var(x)).value();
+  ShardedTensor z = teacher_->apply(nn::ParamView(teacher_vars_, "teacher"), ctx, nn::Var(x)).value();
   if (!(z.spec() == spec_)) z = nn::reshard(nn::Var(z), spec_).value();
   z.set_name("y");
   if (config_.loss == LossKind::xent) {
