@@ -7,7 +7,8 @@
 //                   - for each weight updated in rows, the shorter of its input gradient's FLOPs
 //                     / GEMM rate and 4 bytes per parameter / bandwidth alone; for one updated
 //                     in one pass, of both products' FLOPs and its 24 bytes at the rows bandwidth)
-//   memory floor  = the same bytes at the bandwidths per rank, all at once
+//   memory floor  = the same bytes at the bandwidths per rank, all at once (each rank's share
+//                   of its node's memory with one rank per CPU streaming)
 // The first is the busiest core's work (its ranks run one at a time, none faster than a rank
 // alone on its core), the second the node's memory traffic. The GEMM rate is the fastest of the
 // MLP layer's three products (forward, input gradient, weight gradient), on this rank's rows and
@@ -107,23 +108,58 @@ Strategy strategy_for(const std::string& name, int ranks) {
   throw UsageError("--strategy must be dp, tp, fsdp or 2d, got '" + name + "'");
 }
 
+// This rank's node: its ranks (those that share its memory), this rank's place among them, and
+// the CPUs they may run on together, the union of their affinity masks. Not this rank's own
+// mask: a rank bound to one core (mpirun --bind-to core, srun's CPU binding) sees only that
+// core, and two ranks bound to two cores counted as two ranks per core (floor 4.45 ms against a
+// step of 3.22 for the tutorial's model on 1x2: ratio 0.72). Collective.
+struct NodeShape {
+  int ranks = 1, rank = 0, cpus = 1;
+};
+NodeShape node_shape() {
+  const Communicator node = Communicator::world().split_shared();
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  if (sched_getaffinity(0, sizeof cpus, &cpus) != 0) CPU_ZERO(&cpus);
+  constexpr int words = sizeof(cpu_set_t) / sizeof(unsigned long);
+  static_assert(sizeof(cpu_set_t) % sizeof(unsigned long) == 0);
+  unsigned long mask[words];
+  std::memcpy(mask, &cpus, sizeof mask);
+  MPI_Allreduce(MPI_IN_PLACE, mask, words, MPI_UNSIGNED_LONG, MPI_BOR, node.handle());
+  std::memcpy(&cpus, mask, sizeof mask);
+  return {node.size(), node.rank(), std::max(1, CPU_COUNT(&cpus))};
+}
+
+// Ranks per core on the busiest node: a node's ranks over its CPUs, the most over all nodes.
+double ranks_per_core() {
+  const NodeShape node = node_shape();
+  return allreduce(static_cast<double>(node.ranks) / node.cpus, MPI_MAX);
+}
+
 // Runs `work` for about `seconds` in up to 5 trials and returns the best trial's repetitions per
 // second (as STREAM reports its best of 10): a floor must not rise because the machine was busy
 // for a moment. `together`: every rank runs it the same number of times at once, each trial
 // timed from the first rank's start to the last rank's end, so that ranks sharing cores
 // (oversubscribed) are not timed one at a time (a collective: every rank calls it). Otherwise
 // the calling rank alone, with no communication.
+// `runs` false (with `together`): this rank takes part in every agreement but does no work.
 template <class Work>
-double best_rate(Work&& work, double seconds, bool together) {
+double best_rate(Work&& work, double seconds, bool together, bool runs = true) {
+  // Ranks that are done wait asleep (barrier_sleeping, 100 us naps): in MPI's polling barrier,
+  // ranks sharing a core with one still running took its turns on the core, and on 8 ranks of 2
+  // cores the rates all at once came out below what the step's own streams reach (B8 L8 D4096,
+  // tensor-parallel on 8 ranks: a floor of 118.7 ms against a step of 111.1, ratio 0.94).
   const auto sync = [&] {
-    if (together) MPI_Barrier(MPI_COMM_WORLD);
+    if (together) Communicator::world().barrier_sleeping(100);
   };
   const auto agreed = [&](double v, MPI_Op op) { return together ? allreduce(v, op) : v; };
-  work();
+  if (runs) work();
   sync();
   auto start = clock_type::now();
-  for (int i = 0; i < 3; ++i) work();
-  const double probe = agreed(seconds_since(start), MPI_MAX) / 3;
+  if (runs) {
+    for (int i = 0; i < 3; ++i) work();
+  }
+  const double probe = agreed(runs ? seconds_since(start) : 0.0, MPI_MAX) / 3;
   const double wanted = std::max(3.0, seconds / std::max(probe, 1e-9));
   const auto reps = static_cast<std::int64_t>(agreed(wanted, MPI_MIN));
   const std::int64_t trials = std::min<std::int64_t>(5, reps);
@@ -132,17 +168,27 @@ double best_rate(Work&& work, double seconds, bool together) {
   for (std::int64_t t = 0; t < trials; ++t) {
     sync();
     start = clock_type::now();
-    for (std::int64_t i = 0; i < per_trial; ++i) work();
+    if (runs) {
+      for (std::int64_t i = 0; i < per_trial; ++i) work();
+    }
     sync();
     best = std::max(best, static_cast<double>(per_trial) / agreed(seconds_since(start), MPI_MAX));
   }
   return best;
 }
 
-// The repetitions per second of one rank with every rank running `work` at once.
+// Each rank's share of the repetitions per second its node runs with one rank per CPU running
+// `work` at once (the node's first ranks; the others asleep): with more ranks than CPUs, every
+// rank streaming at once took turns on the cores, each turn starting with caches and prefetch
+// streams another rank had left, and the node's memory measured below what the step's own
+// streams reached (B8 L8 D4096 tensor-parallel on 8 ranks of 2 cores: a floor of 115.1 ms, all
+// memory, against a step of 87.0, ratio 0.76). With no more ranks than CPUs, every rank runs.
 template <class Work>
 double concurrent_rate(Work&& work, double seconds) {
-  return best_rate(work, seconds, true);
+  const NodeShape node = node_shape();
+  const int running = std::min(node.ranks, node.cpus);
+  const double rate = best_rate(work, seconds, true, node.rank < running);
+  return rate * running / node.ranks;
 }
 
 // The repetitions per second of `work` on rank 0 alone while every other rank sleeps (in a
@@ -159,7 +205,8 @@ double alone_rate(Work&& work, double seconds) {
   return best;
 }
 
-// How a rate is measured: every rank at once (each rank's share of the node), or rank 0 alone.
+// How a rate is measured: every rank at once (each rank's share of the node: concurrent_rate),
+// or rank 0 alone.
 enum class Measure { all_at_once, alone };
 
 template <class Work>
@@ -204,9 +251,9 @@ GemmRates measure_gemm_rates(std::int64_t m, std::int64_t n, std::int64_t k, boo
 // bound for an optimizer that reads aligned tensors. Through malloc, arrays freed before the
 // model's state is allocated would also raise glibc's mmap threshold to their size, so the
 // model's tensors below it would come from the heap (the peak RSS printed grew 195 -> 227 MB, the
-// transformer on 8 ranks). On 4 KiB pages (until 2026-11-26, seventh session, where the host
-// gives huge pages only where asked) they streamed slower than the model's tensors do, and the
-// one-pass weight update of B8 L8 D4096 on one rank came in under the floor (ratio 0.95).
+// transformer on 8 ranks). Until 2026-11-26 (seventh session) they were on 4 KiB pages, where
+// the host gives huge pages only where asked, while the model's tensors were on huge ones (the
+// two streamed within the noise of each other in a scratch program: the layout is the step's).
 template <class T>
 class MappedArray {
  public:
@@ -343,26 +390,6 @@ double measure_rows_stream_bandwidth(const std::vector<std::int64_t>& blocks, do
       },
       seconds, how);
   return 24.0 * elements * rate;
-}
-
-// Ranks per core on the busiest node: the ranks that share this rank's memory (one node) over
-// the CPUs they may run on together (the union of their affinity masks), the most over all
-// nodes. Not this rank's own mask: a rank bound to one core (mpirun --bind-to core, srun's CPU
-// binding) sees only that core, and two ranks bound to two cores counted as two ranks per core
-// (floor 4.45 ms against a step of 3.22 for the tutorial's model on 1x2: ratio 0.72).
-double ranks_per_core() {
-  const Communicator node = Communicator::world().split_shared();
-  cpu_set_t cpus;
-  CPU_ZERO(&cpus);
-  if (sched_getaffinity(0, sizeof cpus, &cpus) != 0) CPU_ZERO(&cpus);
-  constexpr int words = sizeof(cpu_set_t) / sizeof(unsigned long);
-  static_assert(sizeof(cpu_set_t) % sizeof(unsigned long) == 0);
-  unsigned long mask[words];
-  std::memcpy(mask, &cpus, sizeof mask);
-  MPI_Allreduce(MPI_IN_PLACE, mask, words, MPI_UNSIGNED_LONG, MPI_BOR, node.handle());
-  std::memcpy(&cpus, mask, sizeof mask);
-  const int cores = std::max(1, CPU_COUNT(&cpus));
-  return allreduce(static_cast<double>(node.size()) / cores, MPI_MAX);
 }
 
 struct Options {
