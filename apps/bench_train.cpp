@@ -313,39 +313,6 @@ void adam_stream(float* __restrict p, const float* __restrict g, float* __restri
   }
 }
 
-// Bytes per second per rank of Adam's streams (28 bytes per element) over blocks of the sizes of
-// the rank's parameter blocks, each block's four arrays apart and the blocks one after the
-// other, as the optimizer updates the parameters one at a time (nn/optim.cpp). Sized as the
-// rank's optimizer state, so caches help it exactly as they help the optimizer. One array per
-// stream over all the rank's parameters is not the optimizer's pattern, and on a Zen 3 host it
-// streamed at 6-7 GB/s where 16 blocks of the same 268 M values streamed at 33-34 (B8 L8 D4096
-// on one rank, whose optimizer took 215-231 ms a step: 33-35 GB/s); the floor it gave was above
-// the measured step (ratio 0.78-0.94).
-double measure_adam_stream_bandwidth(const std::vector<std::int64_t>& blocks, double seconds, Measure how) {
-  struct Block {
-    MappedArray<float> p, g, m, v;
-    std::size_t n;
-    explicit Block(std::size_t size) : p(size, 1.0f), g(size, 0.5f), m(size, 0.0f), v(size, 0.0f), n(size) {}
-  };
-  std::vector<std::unique_ptr<Block>> arrays;
-  double elements = 0;
-  for (std::int64_t size : blocks) {
-    if (size < 1) continue;
-    arrays.push_back(std::make_unique<Block>(static_cast<std::size_t>(size)));
-    elements += static_cast<double>(size);
-  }
-  if (arrays.empty()) {
-    arrays.push_back(std::make_unique<Block>(1));
-    elements = 1;
-  }
-  const double rate = rate_of(
-      [&] {
-        for (auto& b : arrays) adam_stream(b->p.data(), b->g.data(), b->m.data(), b->v.data(), b->n);
-      },
-      seconds, how);
-  return 28.0 * elements * rate;
-}
-
 // The streams of a weight updated in rows (nn::RowUpdate): its gradient never crosses memory (it
 // is computed a panel or a strip at a time, in cache), so Adam reads and writes p, m and v only,
 // 24 bytes per element, with only the arithmetic a bandwidth-bound loop needs (a gradient made
@@ -361,35 +328,47 @@ void rows_stream(float* __restrict p, float* __restrict m, float* __restrict v, 
   }
 }
 
-// Bytes per second per rank of rows_stream's three streams (24 bytes per element) over blocks of
-// the sizes of the rank's parameter blocks, as measure_adam_stream_bandwidth lays them out. Until
-// 2026-11-26 (seventh session) the floor charged a weight updated in rows at Adam's four streams'
+// Bytes per second per rank of Adam's streams over blocks of the sizes of the rank's parameter
+// blocks, each block's arrays apart and the blocks one after the other, as the optimizer updates
+// the parameters one at a time (nn/optim.cpp): with `gradient`, adam_stream's four (28 bytes per
+// element), else rows_stream's three (24). Sized as the rank's optimizer state, so caches help it
+// exactly as they help the optimizer. One array per stream over all the rank's parameters is not
+// the optimizer's pattern, and on a Zen 3 host it streamed at 6-7 GB/s where 16 blocks of the
+// same 268 M values streamed at 33-34 (B8 L8 D4096 on one rank, whose optimizer took 215-231 ms a
+// step: 33-35 GB/s); the floor it gave was above the measured step (ratio 0.78-0.94). Until
+// 2026-11-26 (seventh session) the floor charged a weight updated in rows at the four streams'
 // rate; its own three ran faster (8 blocks of 1 Mi elements 3-8%, 4 of 16 Mi 3-9%, a scratch
 // program), and B8 L8 D4096 on one rank, its weights updated in one pass, came in under that
 // floor (ratio 0.95).
-double measure_rows_stream_bandwidth(const std::vector<std::int64_t>& blocks, double seconds, Measure how) {
+double measure_stream_bandwidth(const std::vector<std::int64_t>& blocks, bool gradient, double seconds, Measure how) {
   struct Block {
     MappedArray<float> p, m, v;
+    std::unique_ptr<MappedArray<float>> g;  // with `gradient` only
     std::size_t n;
-    explicit Block(std::size_t size) : p(size, 1.0f), m(size, 0.0f), v(size, 0.0f), n(size) {}
+    Block(std::size_t size, bool gradient)
+        : p(size, 1.0f), m(size, 0.0f), v(size, 0.0f),
+          g(gradient ? std::make_unique<MappedArray<float>>(size, 0.5f) : nullptr), n(size) {}
   };
   std::vector<std::unique_ptr<Block>> arrays;
   double elements = 0;
   for (std::int64_t size : blocks) {
     if (size < 1) continue;
-    arrays.push_back(std::make_unique<Block>(static_cast<std::size_t>(size)));
+    arrays.push_back(std::make_unique<Block>(static_cast<std::size_t>(size), gradient));
     elements += static_cast<double>(size);
   }
   if (arrays.empty()) {
-    arrays.push_back(std::make_unique<Block>(1));
+    arrays.push_back(std::make_unique<Block>(1, gradient));
     elements = 1;
   }
   const double rate = rate_of(
       [&] {
-        for (auto& b : arrays) rows_stream(b->p.data(), b->m.data(), b->v.data(), b->n);
+        for (auto& b : arrays) {
+          if (b->g) adam_stream(b->p.data(), b->g->data(), b->m.data(), b->v.data(), b->n);
+          else rows_stream(b->p.data(), b->m.data(), b->v.data(), b->n);
+        }
       },
       seconds, how);
-  return 24.0 * elements * rate;
+  return (gradient ? 28.0 : 24.0) * elements * rate;
 }
 
 struct Options {
@@ -616,11 +595,11 @@ FloorRates measure_floor_rates(const Options& o, const Measured& w) {
   f.whole = whole_batch ? measure_gemm_rates(o.batch, w.n, w.k, true, secs, Measure::alone) : f.rates;
   const std::size_t copy_bytes = static_cast<std::size_t>(o.copy_mib) << 20;
   f.copy_alone = measure_copy_bandwidth(copy_bytes, secs, Measure::alone);
-  f.stream_alone = measure_adam_stream_bandwidth(w.local_blocks, secs, Measure::alone);
+  f.stream_alone = measure_stream_bandwidth(w.local_blocks, true, secs, Measure::alone);
   f.copy_all = measure_copy_bandwidth(copy_bytes, secs, Measure::all_at_once);
-  f.stream_all = measure_adam_stream_bandwidth(w.local_blocks, secs, Measure::all_at_once);
-  f.rows_alone = measure_rows_stream_bandwidth(w.local_blocks, secs, Measure::alone);
-  f.rows_all = measure_rows_stream_bandwidth(w.local_blocks, secs, Measure::all_at_once);
+  f.stream_all = measure_stream_bandwidth(w.local_blocks, true, secs, Measure::all_at_once);
+  f.rows_alone = measure_stream_bandwidth(w.local_blocks, false, secs, Measure::alone);
+  f.rows_all = measure_stream_bandwidth(w.local_blocks, false, secs, Measure::all_at_once);
   return f;
 }
 
