@@ -145,10 +145,8 @@ double ranks_per_core() {
 // `runs` false (with `together`): this rank takes part in every agreement but does no work.
 template <class Work>
 double best_rate(Work&& work, double seconds, bool together, bool runs = true) {
-  // Ranks that are done wait asleep (barrier_sleeping, 100 us naps): in MPI's polling barrier,
-  // ranks sharing a core with one still running took its turns on the core, and on 8 ranks of 2
-  // cores the rates all at once came out below what the step's own streams reach (B8 L8 D4096,
-  // tensor-parallel on 8 ranks: a floor of 118.7 ms against a step of 111.1, ratio 0.94).
+  // Ranks that are done, or that do not run (concurrent_rate), wait asleep (barrier_sleeping,
+  // 100 us naps): MPI's polling barrier takes turns on the cores from the ranks still running.
   const auto sync = [&] {
     if (together) Communicator::world().barrier_sleeping(100);
   };
@@ -178,17 +176,18 @@ double best_rate(Work&& work, double seconds, bool together, bool runs = true) {
 }
 
 // Each rank's share of the repetitions per second its node runs with one rank per CPU running
-// `work` at once (the node's first ranks; the others asleep): with more ranks than CPUs, every
-// rank streaming at once took turns on the cores, each turn starting with caches and prefetch
-// streams another rank had left, and the node's memory measured below what the step's own
-// streams reached (B8 L8 D4096 tensor-parallel on 8 ranks of 2 cores: a floor of 115.1 ms, all
-// memory, against a step of 87.0, ratio 0.76). With no more ranks than CPUs, every rank runs.
+// `work` at once (the node's first ranks; the others asleep), the smallest share of any node.
+// With more ranks than CPUs every rank streaming at once took turns on the cores, each turn
+// starting with caches and prefetch streams another rank had left, while the ranks done first
+// polled in MPI's barrier, and the node's memory measured below what the step's own streams
+// reached (B8 L8 D4096 on 8 ranks of 2 cores, tensor-parallel: floors of 115.1 and 118.7 ms, the
+// memory's, against steps of 87.0 and 111.1). With no more ranks than CPUs, every rank runs.
 template <class Work>
 double concurrent_rate(Work&& work, double seconds) {
   const NodeShape node = node_shape();
   const int running = std::min(node.ranks, node.cpus);
   const double rate = best_rate(work, seconds, true, node.rank < running);
-  return rate * running / node.ranks;
+  return rate * allreduce(static_cast<double>(running) / node.ranks, MPI_MIN);
 }
 
 // The repetitions per second of `work` on rank 0 alone while every other rank sleeps (in a
