@@ -112,11 +112,12 @@ Strategy strategy_for(const std::string& name, int ranks) {
 // the CPUs they may run on together, the union of their affinity masks. Not this rank's own
 // mask: a rank bound to one core (mpirun --bind-to core, srun's CPU binding) sees only that
 // core, and two ranks bound to two cores counted as two ranks per core (floor 4.45 ms against a
-// step of 3.22 for the tutorial's model on 1x2: ratio 0.72). Collective.
+// step of 3.22 for the tutorial's model on 1x2: ratio 0.72). Collective on its first call (every
+// rank's first floor measurement), which finds it once for the run.
 struct NodeShape {
   int ranks = 1, rank = 0, cpus = 1;
 };
-NodeShape node_shape() {
+NodeShape find_node_shape() {
   const Communicator node = Communicator::world().split_shared();
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
@@ -129,10 +130,14 @@ NodeShape node_shape() {
   std::memcpy(&cpus, mask, sizeof mask);
   return {node.size(), node.rank(), std::max(1, CPU_COUNT(&cpus))};
 }
+const NodeShape& node_shape() {
+  static const NodeShape shape = find_node_shape();
+  return shape;
+}
 
 // Ranks per core on the busiest node: a node's ranks over its CPUs, the most over all nodes.
 double ranks_per_core() {
-  const NodeShape node = node_shape();
+  const NodeShape& node = node_shape();
   return allreduce(static_cast<double>(node.ranks) / node.cpus, MPI_MAX);
 }
 
@@ -184,7 +189,7 @@ double best_rate(Work&& work, double seconds, bool together, bool runs = true) {
 // memory's, against steps of 87.0 and 111.1). With no more ranks than CPUs, every rank runs.
 template <class Work>
 double concurrent_rate(Work&& work, double seconds) {
-  const NodeShape node = node_shape();
+  const NodeShape& node = node_shape();
   const int running = std::min(node.ranks, node.cpus);
   const double rate = best_rate(work, seconds, true, node.rank < running);
   return rate * allreduce(static_cast<double>(running) / node.ranks, MPI_MIN);

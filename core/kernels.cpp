@@ -657,17 +657,14 @@ void rows_adam(const ThinRowsAdam& t, std::int64_t i, std::int64_t end, const Ad
       wv[q] = load_vector(w + q * n + j);
       gv[q] = V{};
     }
-    if (shared) {
-      for (int b = 0; b < R; ++b) {
-        const V gb = load_vector(t.g_dx + b * n + j);
-        for (int q = 0; q < Rows; ++q) acc[q][b] = madd(gb, wv[q], acc[q][b]);
+    for (int b = 0; b < R; ++b) {
+      const V gb = load_vector(t.g_dx + b * n + j);
+      for (int q = 0; q < Rows; ++q) acc[q][b] = madd(gb, wv[q], acc[q][b]);
+      if (shared) {
         for (int q = 0; q < Rows; ++q) gv[q] = madd(splat<V>(s[q][b]), gb, gv[q]);
       }
-    } else {
-      for (int b = 0; b < R; ++b) {
-        const V gb = load_vector(t.g_dx + b * n + j);
-        for (int q = 0; q < Rows; ++q) acc[q][b] = madd(gb, wv[q], acc[q][b]);
-      }
+    }
+    if (!shared) {
       for (std::int64_t l = 0; l < m_dw; ++l) {
         const V gl = load_vector(t.g_dw + l * n + j);
         for (int q = 0; q < Rows; ++q) gv[q] = madd(splat<V>(s[q][l]), gl, gv[q]);
