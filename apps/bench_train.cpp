@@ -30,6 +30,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -335,8 +336,9 @@ void rows_stream(float* __restrict p, float* __restrict m, float* __restrict v, 
 // Bytes per second per rank of Adam's streams over blocks of the sizes of the rank's parameter
 // blocks, each block's arrays apart and the blocks one after the other, as the optimizer updates
 // the parameters one at a time (nn/optim.cpp): with `gradient`, adam_stream's four (28 bytes per
-// element), else rows_stream's three (24). Sized as the rank's optimizer state, so caches help it
-// exactly as they help the optimizer. One array per stream over all the rank's parameters is not
+// element), else rows_stream's three (24). Sized as the rank's optimizer state, `footprint` times
+// over on the ranks that measure, so caches help it exactly as they help the node's optimizers
+// (footprint_copies). One array per stream over all the rank's parameters is not
 // the optimizer's pattern, and on a Zen 3 host it streamed at 6-7 GB/s where 16 blocks of the
 // same 268 M values streamed at 33-34 (B8 L8 D4096 on one rank, whose optimizer took 215-231 ms a
 // step: 33-35 GB/s); the floor it gave was above the measured step (ratio 0.78-0.94). Until
@@ -344,7 +346,51 @@ void rows_stream(float* __restrict p, float* __restrict m, float* __restrict v, 
 // rate; its own three ran faster (8 blocks of 1 Mi elements 3-8%, 4 of 16 Mi 3-9%, a scratch
 // program), and B8 L8 D4096 on one rank, its weights updated in one pass, came in under that
 // floor (ratio 0.95).
-double measure_stream_bandwidth(const std::vector<std::int64_t>& blocks, bool gradient, double seconds, Measure how) {
+// The node's state is what its caches see between two passes over the same block: in the step
+// every rank of the node streams its own blocks once, one after the other or at once, so a rank's
+// block comes back to the shared L3 only after all the node's others went through it. A measuring
+// rank therefore streams its blocks `copies` times over (each copy its own arrays), so that the
+// measurement's ranks together stream as many bytes as the node's ranks (rank 0 alone: the
+// node's; one rank per CPU at once: the node's over the CPUs), up to kFootprintCap bytes a rank.
+// Sized as the rank's own state only, rank 0 alone on 8 ranks of 2 cores streamed 24 MiB of a
+// 32 MiB L3 at 137 GB/s where the step's 8 x 24 MiB come from memory (about 75), and the
+// floor (the tutorial's model, 2.5 ms) was loose by half.
+constexpr double kFootprintCap = 256.0 * (1 << 20);  // 8 L3s of this host: memory's rate beyond it
+int footprint_copies(const std::vector<std::int64_t>& blocks, double bytes_per_element, Measure how) {
+  double elements = 0;
+  for (std::int64_t size : blocks) elements += static_cast<double>(std::max<std::int64_t>(size, 0));
+  int world_size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  // The nodes of a mesh hold alike states: the node's is its ranks' count times the mean rank's.
+  const double mean = allreduce(elements, MPI_SUM) / world_size;
+  const NodeShape& node = node_shape();
+  const int measuring = how == Measure::alone ? 1 : std::min(node.ranks, node.cpus);
+  const double own = std::max(elements, 1.0) * bytes_per_element;
+  const double wanted = std::ceil(mean * node.ranks / measuring * bytes_per_element / own - 1e-9);
+  const double copies = std::max(1.0, std::min(wanted, std::floor(kFootprintCap / own)));
+  // The same count on every rank: each measures the same work.
+  return static_cast<int>(allreduce(copies, MPI_MIN));
+}
+
+// The copies of each stream measurement (footprint_copies), the same for every rank and both
+// measurements of a run. Collective.
+struct Footprints {
+  int adam_alone = 1, adam_all = 1, rows_alone = 1, rows_all = 1;
+};
+Footprints footprints(const std::vector<std::int64_t>& blocks) {
+  return {footprint_copies(blocks, 16.0, Measure::alone), footprint_copies(blocks, 16.0, Measure::all_at_once),
+          footprint_copies(blocks, 12.0, Measure::alone), footprint_copies(blocks, 12.0, Measure::all_at_once)};
+}
+
+double measure_stream_bandwidth(const std::vector<std::int64_t>& blocks, bool gradient, int footprint,
+                                double seconds, Measure how) {
+  // Ranks that only wait (every rank but 0 alone, a node's ranks past its CPUs at once) need no
+  // more than one copy.
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  const NodeShape& node = node_shape();
+  const bool measures = how == Measure::alone ? world_rank == 0 : node.rank < std::min(node.ranks, node.cpus);
+  const int copies = measures ? footprint : 1;
   struct Block {
     MappedArray<float> p, m, v;
     std::unique_ptr<MappedArray<float>> g;  // with `gradient` only
@@ -355,10 +401,12 @@ double measure_stream_bandwidth(const std::vector<std::int64_t>& blocks, bool gr
   };
   std::vector<std::unique_ptr<Block>> arrays;
   double elements = 0;
-  for (std::int64_t size : blocks) {
-    if (size < 1) continue;
-    arrays.push_back(std::make_unique<Block>(static_cast<std::size_t>(size), gradient));
-    elements += static_cast<double>(size);
+  for (int copy = 0; copy < copies; ++copy) {
+    for (std::int64_t size : blocks) {
+      if (size < 1) continue;
+      arrays.push_back(std::make_unique<Block>(static_cast<std::size_t>(size), gradient));
+      elements += static_cast<double>(size);
+    }
   }
   if (arrays.empty()) {
     arrays.push_back(std::make_unique<Block>(1, gradient));
@@ -372,7 +420,8 @@ double measure_stream_bandwidth(const std::vector<std::int64_t>& blocks, bool gr
         }
       },
       seconds, how);
-  return (gradient ? 28.0 : 24.0) * elements * rate;
+  // The measuring ranks' elements: a rank that only waited received their rate.
+  return (gradient ? 28.0 : 24.0) * elements / copies * footprint * rate;
 }
 
 struct Options {
@@ -599,11 +648,12 @@ FloorRates measure_floor_rates(const Options& o, const Measured& w) {
   f.whole = whole_batch ? measure_gemm_rates(o.batch, w.n, w.k, true, secs, Measure::alone) : f.rates;
   const std::size_t copy_bytes = static_cast<std::size_t>(o.copy_mib) << 20;
   f.copy_alone = measure_copy_bandwidth(copy_bytes, secs, Measure::alone);
-  f.stream_alone = measure_stream_bandwidth(w.local_blocks, true, secs, Measure::alone);
+  const Footprints copies = footprints(w.local_blocks);
+  f.stream_alone = measure_stream_bandwidth(w.local_blocks, true, copies.adam_alone, secs, Measure::alone);
   f.copy_all = measure_copy_bandwidth(copy_bytes, secs, Measure::all_at_once);
-  f.stream_all = measure_stream_bandwidth(w.local_blocks, true, secs, Measure::all_at_once);
-  f.rows_alone = measure_stream_bandwidth(w.local_blocks, false, secs, Measure::alone);
-  f.rows_all = measure_stream_bandwidth(w.local_blocks, false, secs, Measure::all_at_once);
+  f.stream_all = measure_stream_bandwidth(w.local_blocks, true, copies.adam_all, secs, Measure::all_at_once);
+  f.rows_alone = measure_stream_bandwidth(w.local_blocks, false, copies.rows_alone, secs, Measure::alone);
+  f.rows_all = measure_stream_bandwidth(w.local_blocks, false, copies.rows_all, secs, Measure::all_at_once);
   return f;
 }
 
@@ -718,6 +768,11 @@ int run(const Options& o, int world_rank, int world_size) {
   const double compute_floor_ms = floor.compute_ms, memory_floor_ms = floor.memory_ms;
   const double floor_ms = floor.ms();
   const double med = median(ms);
+  const Footprints copies = footprints(w.local_blocks);
+  // MiB of arrays each measuring rank streamed: its parameter blocks' streams, `n` times over.
+  const auto footprint_mib = [&](double bytes_per_element, int n) {
+    return bytes_per_element * w.local_params * n / (1 << 20);
+  };
 
   if (root) {
     std::printf("{\"bench\":\"gemm\",\"ranks\":%d,\"m\":%lld,\"n\":%lld,\"k\":%lld,\"gflops_per_rank\":%.3f",
@@ -733,11 +788,15 @@ int run(const Options& o, int world_rank, int world_size) {
     std::printf("{\"bench\":\"copy\",\"ranks\":%d,\"mib\":%lld,\"gb_per_s_per_rank\":%.3f,\"gb_per_s_alone\":%.3f}\n",
                 world_size, static_cast<long long>(o.copy_mib), f.copy_all / 1e9, f.copy_alone / 1e9);
     std::printf(
-        "{\"bench\":\"adam_stream\",\"ranks\":%d,\"elements\":%lld,\"gb_per_s_per_rank\":%.3f,\"gb_per_s_alone\":%.3f}\n",
-        world_size, static_cast<long long>(w.local_params), f.stream_all / 1e9, f.stream_alone / 1e9);
+        "{\"bench\":\"adam_stream\",\"ranks\":%d,\"elements\":%lld,\"gb_per_s_per_rank\":%.3f,\"gb_per_s_alone\":%.3f,"
+        "\"footprint_mib_per_rank\":%.3f,\"footprint_mib_alone\":%.3f}\n",
+        world_size, static_cast<long long>(w.local_params), f.stream_all / 1e9, f.stream_alone / 1e9,
+        footprint_mib(16, copies.adam_all), footprint_mib(16, copies.adam_alone));
     std::printf(
-        "{\"bench\":\"rows_stream\",\"ranks\":%d,\"elements\":%lld,\"gb_per_s_per_rank\":%.3f,\"gb_per_s_alone\":%.3f}\n",
-        world_size, static_cast<long long>(w.local_params), f.rows_all / 1e9, f.rows_alone / 1e9);
+        "{\"bench\":\"rows_stream\",\"ranks\":%d,\"elements\":%lld,\"gb_per_s_per_rank\":%.3f,\"gb_per_s_alone\":%.3f,"
+        "\"footprint_mib_per_rank\":%.3f,\"footprint_mib_alone\":%.3f}\n",
+        world_size, static_cast<long long>(w.local_params), f.rows_all / 1e9, f.rows_alone / 1e9,
+        footprint_mib(12, copies.rows_all), footprint_mib(12, copies.rows_alone));
     char sizes[160];
     if (o.model == "mlp") {
       std::snprintf(sizes, sizeof sizes, "\"depth\":%lld", static_cast<long long>(o.depth));

@@ -12,6 +12,8 @@
 # bandwidth max(copy, adam_stream, rows_stream), each alone (rank 0 by itself) or per rank (all at
 # once); and floor_ms_slower_rates (the same floor at the slower of each rate's two
 # measurements) is not below floor_ms,
+# with each stream measured over its footprint (footprint_mib_alone, footprint_mib_per_rank): the
+# rank's blocks copied ceil(ranks / measuring ranks) times, at most 256 MiB unless one copy is more,
 # with the gemm rate the fastest of the MLP's three products measured on one rank alone
 # (forward, input gradient, weight gradient; all three printed and positive) on this rank's rows
 # and on the whole batch's (whole_batch_gflops, the fastest of those three), ranks_per_core the
@@ -32,7 +34,7 @@ set -uo pipefail
 out=$("$@") || { echo "FAIL: bench_train exited with $?" >&2; exit 1; }
 echo "$out"
 /usr/bin/python3 - "$out" <<'PY'
-import json, os, sys
+import json, math, os, sys
 lines = {}
 for line in sys.argv[1].splitlines():
     if line.startswith("{"):
@@ -44,6 +46,15 @@ gemm, copy, stream, rows, step = (lines[name] for name in ("gemm", "copy", "adam
 for s in (stream, rows):
     assert s["gb_per_s_per_rank"] > 0 and s["gb_per_s_alone"] > 0 and s["elements"] == step["params_per_rank"], s
 assert copy["gb_per_s_alone"] > 0, copy
+# Each stream measurement streams the rank's blocks as many times over as makes the measuring
+# ranks' arrays the node's (rank 0 alone: all ranks'; at once: all ranks' over the CPUs), at
+# most 256 MiB a rank unless one copy is larger (every rank of these tests is on this machine).
+cpus = len(os.sched_getaffinity(0))
+for s, bpe in ((stream, 16), (rows, 12)):
+    own = bpe * s["elements"] / 2**20
+    for key, measuring in (("footprint_mib_alone", 1), ("footprint_mib_per_rank", min(s["ranks"], cpus))):
+        copies = max(1, min(math.ceil(s["ranks"] / measuring), math.floor(256 / own)))
+        assert abs(s[key] - copies * own) <= 1e-3 * own, (s["bench"], key, s[key], copies, own)
 bw_all = max(copy["gb_per_s_per_rank"], stream["gb_per_s_per_rank"])
 bw_alone = max(copy["gb_per_s_alone"], stream["gb_per_s_alone"])
 rows_all = max(bw_all, rows["gb_per_s_per_rank"])
