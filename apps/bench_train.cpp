@@ -355,7 +355,10 @@ void rows_stream(float* __restrict p, float* __restrict m, float* __restrict v, 
 // Sized as the rank's own state only, rank 0 alone on 8 ranks of 2 cores streamed 24 MiB of a
 // 32 MiB L3 at 137 GB/s where the step's 8 x 24 MiB come from memory (about 75), and the
 // floor (the tutorial's model, 2.5 ms) was loose by half.
-constexpr double kFootprintCap = 256.0 * (1 << 20);  // 8 L3s of this host: memory's rate beyond it
+// Eight of this host's 32 MiB L3s: memory's rate beyond it. A constant, not sysconf's
+// _SC_LEVEL3_CACHE_SIZE: glibc reports 384 MiB here, the L3s of the host's whole socket, where
+// this machine's cores share one of 32 (lscpu, /sys/devices/system/cpu/cpu0/cache/index3/size).
+constexpr double kFootprintCap = 256.0 * (1 << 20);
 int footprint_copies(const std::vector<std::int64_t>& blocks, double bytes_per_element, Measure how) {
   double elements = 0;
   for (std::int64_t size : blocks) elements += static_cast<double>(std::max<std::int64_t>(size, 0));
