@@ -14,7 +14,8 @@
 // MLP layer's three products (forward, input gradient, weight gradient), on this rank's rows and
 // on the whole batch's (the transformer: its MLP up-projection), a bandwidth the larger of
 // memcpy's on a large buffer and that of a fused pass with Adam's own streams (read p, g, m, v;
-// write p, m, v) over this rank's parameter blocks, and the rows bandwidth the largest of those
+// write p, m, v) over this rank's parameter blocks (copied until the measuring ranks stream the
+// node's state: footprint_copies), and the rows bandwidth the largest of those
 // and a pass with a weight in rows' streams (read and write p, m, v); "alone" is rank 0 with
 // every other rank asleep.
 // The transformer's matrix FLOPs per step are 3x its forward's (each matmul has a weight and an
@@ -346,19 +347,21 @@ void rows_stream(float* __restrict p, float* __restrict m, float* __restrict v, 
 // rate; its own three ran faster (8 blocks of 1 Mi elements 3-8%, 4 of 16 Mi 3-9%, a scratch
 // program), and B8 L8 D4096 on one rank, its weights updated in one pass, came in under that
 // floor (ratio 0.95).
-// The node's state is what its caches see between two passes over the same block: in the step
-// every rank of the node streams its own blocks once, one after the other or at once, so a rank's
-// block comes back to the shared L3 only after all the node's others went through it. A measuring
-// rank therefore streams its blocks `copies` times over (each copy its own arrays), so that the
-// measurement's ranks together stream as many bytes as the node's ranks (rank 0 alone: the
-// node's; one rank per CPU at once: the node's over the CPUs), up to kFootprintCap bytes a rank.
-// Sized as the rank's own state only, rank 0 alone on 8 ranks of 2 cores streamed 24 MiB of a
-// 32 MiB L3 at 137 GB/s where the step's 8 x 24 MiB come from memory (about 75), and the
-// floor (the tutorial's model, 2.5 ms) was loose by half.
 // Eight of this host's 32 MiB L3s: memory's rate beyond it. A constant, not sysconf's
 // _SC_LEVEL3_CACHE_SIZE: glibc reports 384 MiB here, the L3s of the host's whole socket, where
 // this machine's cores share one of 32 (lscpu, /sys/devices/system/cpu/cpu0/cache/index3/size).
 constexpr double kFootprintCap = 256.0 * (1 << 20);
+
+// How many copies of its blocks a measuring rank streams. The node's state is what its caches
+// see between two passes over the same block: in the step every rank of the node streams its own
+// blocks once, one after the other or at once, so a rank's block comes back to the shared L3
+// only after all the node's others went through it. The measuring ranks together therefore
+// stream as many bytes as the node's ranks (rank 0 alone: the node's; one rank per CPU at once:
+// the node's over the CPUs), each copy its own arrays, up to kFootprintCap bytes a rank (or one
+// copy, if larger). Sized as the rank's own state only, rank 0 alone on 8 ranks of 2 cores (the
+// tutorial's model, 24 MiB of weights and moments a rank) streamed its rows at 138-141 GB/s, in a
+// 32 MiB L3, where with the node's footprint it streams at 57-64, and the floor was 3.96-4.42 ms
+// against 6.54-6.86 (docs/design.md, "The footprint of a stream measurement"). Collective.
 int footprint_copies(const std::vector<std::int64_t>& blocks, double bytes_per_element, Measure how) {
   double elements = 0;
   for (std::int64_t size : blocks) elements += static_cast<double>(std::max<std::int64_t>(size, 0));
