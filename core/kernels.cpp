@@ -324,6 +324,7 @@ void skinny_rows(const T* A, const T* B, T* C, std::int64_t row0, std::int64_t m
   const auto prefetch_column = [&](std::int64_t column) {
     return column < n ? column : next_panel >= 0 ? next_panel + std::min(column - n, n - 1) : n - 1;
   };
+  const std::int64_t below = l1 - l0;  // rows from a row to the same row of the next panel
   std::int64_t j = 0;
   for (; j + 2 * L <= n; j += 2 * L) {
     V acc[R][2];
@@ -343,6 +344,10 @@ void skinny_rows(const T* A, const T* B, T* C, std::int64_t row0, std::int64_t m
       if constexpr (Prefetch) {
         __builtin_prefetch(B + l * n + p0, 0, 0);
         __builtin_prefetch(B + l * n + p1, 0, 0);
+        if (l + below < k) {  // the same strip of the next panel's row, into L2
+          __builtin_prefetch(B + (l + below) * n + j, 0, 2);
+          __builtin_prefetch(B + (l + below) * n + j + L, 0, 2);
+        }
       }
       b0 = load_vector(B + l * n + j);
       b1 = load_vector(B + l * n + j + L);
