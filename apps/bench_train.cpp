@@ -453,6 +453,9 @@ struct Measured {
   double comm_bytes = 0;       // bytes one rank sends in one step (CommStats), the most of any rank
   std::vector<nn::RowUpdate> row_updates;  // parameters a step updates in rows, inside their layer's backward
   double flops_per_rank = 0;   // matrix FLOPs of one step on one rank
+  // Of them, the forward products' that read a weight (the MLP; 0 for the transformer): each
+  // weight's share is in proportion to its block.
+  double forward_flops_per_rank = 0;
   double local_params = 0;     // fp32 parameters one rank updates
   std::vector<std::int64_t> local_blocks;  // their blocks' sizes, one per parameter
   std::int64_t m = 0, n = 0, k = 0;  // the GEMM whose rate the floor uses
@@ -534,6 +537,7 @@ Measured run_mlp(const Options& o, int world_size, const BeforeState& before_sta
   Measured w;
   w.mesh = mesh_shape;
   w.flops_per_rank = flops_total / static_cast<double>(data_size * model_size);
+  w.forward_flops_per_rank = w.flops_per_rank * 2.0 * o.layers / matmuls;
   w.local_params = local_param_count(infos, mesh_shape);
   w.local_blocks = local_block_sizes(infos, mesh_shape);
   // The GEMM of the step's forward matmul on one rank: [B/data, d] x [d, d/model].
@@ -689,7 +693,7 @@ FloorRates slower(const FloorRates& a, const FloorRates& b) {
 // "Performance model"). Collective (the row overlap and the parameters in rows are the busiest
 // rank's).
 struct Floor {
-  double compute_ms = 0, memory_ms = 0, row_overlap_ms = 0;
+  double compute_ms = 0, memory_ms = 0, row_overlap_ms = 0, forward_overlap_ms = 0;
   double row_params = 0;  // parameters updated in rows, whose Adam streams are rows_stream's
   double ms() const { return std::max(compute_ms, memory_ms); }
 };
@@ -716,12 +720,26 @@ Floor floor_at(const FloorRates& f, const Measured& w, double bytes_per_rank, do
   }
   row_overlap = allreduce(row_overlap, MPI_MAX);
   row_params = allreduce(row_params, MPI_MAX);
+  // The forward's product reads its weight from memory while it computes (skinny_rows prefetches
+  // the next panel into L2 as it goes): each weight's read and its forward FLOPs are one pass,
+  // charged the longer of the two.
+  double blocks = 0;
+  for (std::int64_t b : w.local_blocks) blocks += static_cast<double>(std::max<std::int64_t>(b, 0));
+  double forward_overlap = 0;
+  for (std::int64_t b : w.local_blocks) {
+    if (b < 1) continue;
+    const double elements = static_cast<double>(b);
+    forward_overlap += std::min(w.forward_flops_per_rank * elements / blocks / gemm_rate, 4.0 * elements / bw_alone);
+  }
+  forward_overlap = allreduce(forward_overlap, MPI_MAX);
   const double row_bytes = 24.0 * row_params, other_bytes = bytes_per_rank - row_bytes;
   Floor out;
   out.compute_ms =
-      1e3 * share * (w.flops_per_rank / gemm_rate + other_bytes / bw_alone + row_bytes / rows_alone - row_overlap);
+      1e3 * share *
+      (w.flops_per_rank / gemm_rate + other_bytes / bw_alone + row_bytes / rows_alone - row_overlap - forward_overlap);
   out.memory_ms = 1e3 * (other_bytes / bw_all + row_bytes / rows_all);
   out.row_overlap_ms = 1e3 * row_overlap;
+  out.forward_overlap_ms = 1e3 * forward_overlap;
   out.row_params = row_params;
   return out;
 }
@@ -817,7 +835,7 @@ int run(const Options& o, int world_rank, int world_size) {
         "\"ratio\":%.3f,\"compute_floor_ms\":%.3f,\"memory_floor_ms\":%.3f,\"ranks_per_core\":%.3f,"
         "\"gflop_per_rank\":%.4f,\"mb_per_rank\":%.3f,\"strategy\":\"%s\","
         "\"params_per_rank\":%.0f,\"comm_mb_per_rank\":%.3f,\"row_updates\":%zu,\"one_pass_updates\":%zu,"
-        "\"row_overlap_ms\":%.3f,\"row_params_per_rank\":%.0f,\"peak_rss_mb\":%.1f,"
+        "\"row_overlap_ms\":%.3f,\"forward_overlap_ms\":%.3f,\"row_params_per_rank\":%.0f,\"peak_rss_mb\":%.1f,"
         "\"floor_ms_slower_rates\":%.3f}\n",
         o.model.c_str(), mesh_shape.to_string().c_str(), world_size, static_cast<long long>(o.batch), o.layers,
         sizes, o.scan ? "true" : "false", o.steps, med,
@@ -827,7 +845,7 @@ int run(const Options& o, int world_rank, int world_size) {
         w.comm_bytes / 1e6, w.row_updates.size(),
         static_cast<std::size_t>(std::count_if(w.row_updates.begin(), w.row_updates.end(),
                                                [](const nn::RowUpdate& u) { return u.one_pass; })),
-        floor.row_overlap_ms, floor.row_params, peak_rss / 1e6, slower_floor_ms);
+        floor.row_overlap_ms, floor.forward_overlap_ms, floor.row_params, peak_rss / 1e6, slower_floor_ms);
     std::fflush(stdout);
   }
   return 0;

@@ -304,7 +304,12 @@ void for_row_blocks(std::int64_t m, Block&& block) {
 // side, more streams than the hardware prefetcher follows (B [4096, 4096] from memory, m = 8:
 // 4.5 ms without, 3.3-3.5 with; a summing loop reads its 64 MiB in 1.55 ms). Near a
 // row's end the prefetch runs on into the next panel's row (x[4, 1024] W[1024, 256] from
-// memory: 59 -> 26 us).
+// memory: 59 -> 26 us). Each step also prefetches the same strip of the next panel's row into L2
+// (one panel below), so that the next panel is in L2 by the time it is read: the read from memory
+// runs under the arithmetic instead of before it (16 weights of [1024, 1024] from memory, m = 8:
+// 217-257 -> 146-181 us each; [2048, 2048] 875-883 -> 574-615; [4096, 4096] 2.92 -> 2.57-2.66 ms).
+// In cache the extra prefetches cost (one weight from L3: the forward measured 154-156 -> 125-129
+// GFLOP/s in bench_train), which a weight read after its update never is.
 // With Stream, C's strips are stored past the caches (stream_vector; C aligned to a vector, n a
 // multiple of one).
 template <class T, int R, bool Prefetch, bool Stream = false>
@@ -324,6 +329,7 @@ void skinny_rows(const T* A, const T* B, T* C, std::int64_t row0, std::int64_t m
   const auto prefetch_column = [&](std::int64_t column) {
     return column < n ? column : next_panel >= 0 ? next_panel + std::min(column - n, n - 1) : n - 1;
   };
+  const std::int64_t below = l1 - l0;  // rows from a row to the same row of the next panel
   std::int64_t j = 0;
   for (; j + 2 * L <= n; j += 2 * L) {
     V acc[R][2];
@@ -343,6 +349,10 @@ void skinny_rows(const T* A, const T* B, T* C, std::int64_t row0, std::int64_t m
       if constexpr (Prefetch) {
         __builtin_prefetch(B + l * n + p0, 0, 0);
         __builtin_prefetch(B + l * n + p1, 0, 0);
+        if (l + below < k) {  // the same strip of the next panel's row, into L2
+          __builtin_prefetch(B + (l + below) * n + j, 0, 2);
+          __builtin_prefetch(B + (l + below) * n + j + L, 0, 2);
+        }
       }
       b0 = load_vector(B + l * n + j);
       b1 = load_vector(B + l * n + j + L);
