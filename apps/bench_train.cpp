@@ -118,6 +118,8 @@ Strategy strategy_for(const std::string& name, int ranks) {
 // rank's first floor measurement), which finds it once for the run.
 struct NodeShape {
   int ranks = 1, rank = 0, cpus = 1;
+  // The ranks that stream when the node's ranks measure at once: one per CPU, the first ones.
+  int running() const { return std::min(ranks, cpus); }
 };
 NodeShape find_node_shape() {
   const Communicator node = Communicator::world().split_shared();
@@ -192,9 +194,8 @@ double best_rate(Work&& work, double seconds, bool together, bool runs = true) {
 template <class Work>
 double concurrent_rate(Work&& work, double seconds) {
   const NodeShape& node = node_shape();
-  const int running = std::min(node.ranks, node.cpus);
-  const double rate = best_rate(work, seconds, true, node.rank < running);
-  return rate * allreduce(static_cast<double>(running) / node.ranks, MPI_MIN);
+  const double rate = best_rate(work, seconds, true, node.rank < node.running());
+  return rate * allreduce(static_cast<double>(node.running()) / node.ranks, MPI_MIN);
 }
 
 // The repetitions per second of `work` on rank 0 alone while every other rank sleeps (in a
@@ -370,7 +371,7 @@ int footprint_copies(const std::vector<std::int64_t>& blocks, double bytes_per_e
   // The nodes of a mesh hold alike states: the node's is its ranks' count times the mean rank's.
   const double mean = allreduce(elements, MPI_SUM) / world_size;
   const NodeShape& node = node_shape();
-  const int measuring = how == Measure::alone ? 1 : std::min(node.ranks, node.cpus);
+  const int measuring = how == Measure::alone ? 1 : node.running();
   const double own = std::max(elements, 1.0) * bytes_per_element;
   const double wanted = std::ceil(mean * node.ranks / measuring * bytes_per_element / own - 1e-9);
   const double copies = std::max(1.0, std::min(wanted, std::floor(kFootprintCap / own)));
@@ -379,7 +380,7 @@ int footprint_copies(const std::vector<std::int64_t>& blocks, double bytes_per_e
 }
 
 // The copies of each stream measurement (footprint_copies), the same for every rank and both
-// measurements of a run. Collective.
+// measurements of a run: found once, with the first. Collective.
 struct Footprints {
   int adam_alone = 1, adam_all = 1, rows_alone = 1, rows_all = 1;
 };
@@ -395,7 +396,7 @@ double measure_stream_bandwidth(const std::vector<std::int64_t>& blocks, bool gr
   int world_rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   const NodeShape& node = node_shape();
-  const bool measures = how == Measure::alone ? world_rank == 0 : node.rank < std::min(node.ranks, node.cpus);
+  const bool measures = how == Measure::alone ? world_rank == 0 : node.rank < node.running();
   const int copies = measures ? footprint : 1;
   struct Block {
     MappedArray<float> p, m, v;
@@ -647,7 +648,7 @@ struct FloorRates {
 };
 
 // Collective: every rank measures (rank 0 alone, or all at once) and receives the rates.
-FloorRates measure_floor_rates(const Options& o, const Measured& w) {
+FloorRates measure_floor_rates(const Options& o, const Measured& w, const Footprints& copies) {
   FloorRates f;
   const double secs = o.measure_seconds;
   f.rates = measure_gemm_rates(w.m, w.n, w.k, w.three_products, secs, Measure::alone);
@@ -658,7 +659,6 @@ FloorRates measure_floor_rates(const Options& o, const Measured& w) {
   f.whole = whole_batch ? measure_gemm_rates(o.batch, w.n, w.k, true, secs, Measure::alone) : f.rates;
   const std::size_t copy_bytes = static_cast<std::size_t>(o.copy_mib) << 20;
   f.copy_alone = measure_copy_bandwidth(copy_bytes, secs, Measure::alone);
-  const Footprints copies = footprints(w.local_blocks);
   f.stream_alone = measure_stream_bandwidth(w.local_blocks, true, copies.adam_alone, secs, Measure::alone);
   f.copy_all = measure_copy_bandwidth(copy_bytes, secs, Measure::all_at_once);
   f.stream_all = measure_stream_bandwidth(w.local_blocks, true, copies.adam_all, secs, Measure::all_at_once);
@@ -722,16 +722,10 @@ Floor floor_at(const FloorRates& f, const Measured& w, double bytes_per_rank, do
   row_params = allreduce(row_params, MPI_MAX);
   // The forward's product reads its weight from memory while it computes (skinny_rows prefetches
   // the next panel into L2 as it goes): each weight's read and its forward FLOPs are one pass,
-  // charged the longer of the two.
-  double blocks = 0;
-  for (std::int64_t b : w.local_blocks) blocks += static_cast<double>(std::max<std::int64_t>(b, 0));
-  double forward_overlap = 0;
-  for (std::int64_t b : w.local_blocks) {
-    if (b < 1) continue;
-    const double elements = static_cast<double>(b);
-    forward_overlap += std::min(w.forward_flops_per_rank * elements / blocks / gemm_rate, 4.0 * elements / bw_alone);
-  }
-  forward_overlap = allreduce(forward_overlap, MPI_MAX);
+  // charged the longer of the two. Both scale with the weight's block (its share of the forward
+  // FLOPs is its share of the parameters), so the sum over the weights is one minimum.
+  const double forward_overlap =
+      allreduce(std::min(w.forward_flops_per_rank / gemm_rate, 4.0 * w.local_params / bw_alone), MPI_MAX);
   const double row_bytes = 24.0 * row_params, other_bytes = bytes_per_rank - row_bytes;
   Floor out;
   out.compute_ms =
@@ -767,8 +761,10 @@ int run(const Options& o, int world_rank, int world_size) {
   // and each counts at the faster of the two: a floor must not rise because the machine was slow
   // for a while (docs/design.md, "Performance model").
   FloorRates before;
+  Footprints copies;
   const BeforeState measure_before = [&](const Measured& plan) {
-    before = measure_floor_rates(o, plan);
+    copies = footprints(plan.local_blocks);
+    before = measure_floor_rates(o, plan, copies);
     apps::reset_peak_rss();  // the peak printed is the model's, not the floor's arrays'
   };
   const Measured w = o.model == "mlp" ? run_mlp(o, world_size, measure_before) : run_lm(o, world_size, measure_before);
@@ -777,7 +773,7 @@ int run(const Options& o, int world_rank, int world_size) {
   // The model's buffers, freed with it, stay in the tensor cache (core/buffer_pool.h) unless
   // given back: the floor's own arrays below would come on top of them.
   pool_release_cached();
-  const FloorRates after = measure_floor_rates(o, w);
+  const FloorRates after = measure_floor_rates(o, w, copies);
   const FloorRates f = faster(before, after);
   const MeshShape& mesh_shape = w.mesh;
   const std::vector<double>& ms = w.ms;
@@ -792,7 +788,6 @@ int run(const Options& o, int world_rank, int world_size) {
   const double compute_floor_ms = floor.compute_ms, memory_floor_ms = floor.memory_ms;
   const double floor_ms = floor.ms();
   const double med = median(ms);
-  const Footprints copies = footprints(w.local_blocks);
   // MiB of arrays each measuring rank streamed: its parameter blocks' streams, `n` times over.
   const auto footprint_mib = [&](double bytes_per_element, int n) {
     return bytes_per_element * w.local_params * n / (1 << 20);
