@@ -22,14 +22,19 @@
 // input gradient): per token and layer 2*d*3d (q, k, v) + 2*d*d (o) + 2*2*d*d_ff (MLP), per
 // token 2*d*vocab (unembedding), and per sequence, layer and head 2*2*d_head*s(s+1)/2 for the
 // causal scores and their weighted sum (only the pairs a causal mask keeps: a lower bound).
+// The same floor is printed again at the all-at-once rates measured where the host ran the
+// node's CPUs during the steps (cpu_pair_ns: one die of the host or two), with the steps' ratio
+// to it (ratio_same_placement).
 // One JSON object per line on stdout (rank 0).
 //   scripts/mpirun/local.sh 8 build/apps/bench_train --layers 8 --depth 4096
 #include <mpi.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -39,6 +44,7 @@
 #include <memory>
 #include <iostream>
 #include <new>
+#include <thread>
 #include <vector>
 
 #include "apps/cli_main.h"
@@ -144,6 +150,80 @@ double ranks_per_core() {
   const NodeShape& node = node_shape();
   return allreduce(static_cast<double>(node.ranks) / node.cpus, MPI_MAX);
 }
+
+// Where the host runs the node's CPUs. A virtual machine's two CPUs may run on one die of the
+// host, sharing its link to memory, or on two, and the host moves them while a job runs: on this
+// project's 2-CPU machine a cache line passed between them in 41-77 ns on one die and 201-239 ns
+// across two, and both cores streaming at once reached 48-66 GB/s on one die against 78-107
+// across two, one core alone 43-60 either way (docs/design.md, "Where the host runs the CPUs").
+// A floor from rates measured across two dies is not the floor of steps run on one.
+//
+// The one-way time, in ns, of a cache line passed between the first two CPUs of this thread's
+// affinity (a thread pinned to each, the caller's affinity restored after): the fastest of
+// kProbeBatches batches of kProbeTrips round trips, so that a batch another task interrupts
+// does not count. 0 where the thread may run on one CPU only (ranks bound to a core each) or
+// the pinning fails.
+constexpr int kProbeBatches = 8, kProbeTrips = 256;
+double probe_cpu_pair() {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (pthread_getaffinity_np(pthread_self(), sizeof mask, &mask) != 0) return 0;
+  int cpus[2] = {-1, -1}, found = 0;
+  for (int c = 0; c < CPU_SETSIZE && found < 2; ++c) {
+    if (CPU_ISSET(c, &mask)) cpus[found++] = c;
+  }
+  if (found < 2) return 0;
+  const auto pin = [](int cpu) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    return pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0;
+  };
+  alignas(64) std::atomic<std::uint32_t> line{0};
+  std::atomic<bool> pinned{true};
+  constexpr std::uint32_t trips = kProbeBatches * kProbeTrips;
+  // The partner answers every trip, pinned or not, so that both loops end.
+  std::thread partner([&] {
+    if (!pin(cpus[1])) pinned = false;
+    for (std::uint32_t i = 0; i < trips; ++i) {
+      while (line.load(std::memory_order_acquire) != 2 * i + 1) {
+      }
+      line.store(2 * i + 2, std::memory_order_release);
+    }
+  });
+  if (!pin(cpus[0])) pinned = false;
+  double best = 0;
+  for (std::uint32_t b = 0; b < kProbeBatches; ++b) {
+    const auto start = clock_type::now();
+    for (std::uint32_t i = b * kProbeTrips; i < (b + 1) * kProbeTrips; ++i) {
+      line.store(2 * i + 1, std::memory_order_release);
+      while (line.load(std::memory_order_acquire) != 2 * i + 2) {
+      }
+    }
+    const double ns = seconds_since(start) * 1e9 / (2.0 * kProbeTrips);
+    best = b == 0 ? ns : std::min(best, ns);
+  }
+  partner.join();
+  pthread_setaffinity_np(pthread_self(), sizeof mask, &mask);
+  return pinned ? best : 0;
+}
+
+// probe_cpu_pair on rank 0 while the other ranks nap (barrier_sleeping: a rank polling in MPI
+// would take a probed CPU), broadcast to every rank. Collective. The placement it sees is that
+// of rank 0's node.
+double cpu_pair_ns() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  double ns = rank == 0 ? probe_cpu_pair() : 0;
+  Communicator::world().barrier_sleeping(100);
+  MPI_Bcast(&ns, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  return ns;
+}
+
+// Whether two probes saw the CPUs placed alike: both taken, neither 1.5 times the other. Across
+// two dies the probes took 3-4 times as long as on one; on one die they fell in two groups,
+// 26-41 and 56-67 ns (with some between), told apart here too.
+bool same_placement(double a, double b) { return a > 0 && b > 0 && std::max(a, b) < 1.5 * std::min(a, b); }
 
 // Runs `work` for about `seconds` in up to 5 trials and returns the best trial's repetitions per
 // second (as STREAM reports its best of 10): a floor must not rise because the machine was busy
@@ -451,6 +531,7 @@ struct Options {
 struct Measured {
   MeshShape mesh;
   std::vector<double> ms;      // the timed steps, the slowest rank of each
+  std::vector<double> step_ns;  // cpu_pair_ns before each timed step, and after the last
   double comm_bytes = 0;       // bytes one rank sends in one step (CommStats), the most of any rank
   std::vector<nn::RowUpdate> row_updates;  // parameters a step updates in rows, inside their layer's backward
   double flops_per_rank = 0;   // matrix FLOPs of one step on one rank
@@ -471,13 +552,16 @@ using BeforeState = std::function<void(const Measured&)>;
 
 // Times o.steps train steps (after o.warmup) of `loss_fn` on `batch` into w.ms; w.comm_bytes
 // receives the bytes the busiest rank's collectives send in the last step (the same in every
-// step) and w.row_updates the parameters that step updated in rows (StepTimes).
+// step), w.row_updates the parameters that step updated in rows (StepTimes) and w.step_ns where
+// the node's CPUs ran around each timed step.
 void time_steps(const Options& o, nn::TrainState& state, const nn::Optimizer& optimizer, const nn::LossFn& loss_fn,
                 const nn::Batch& batch, nn::StepOptions options, Measured& w) {
   nn::StepTimes times;
   options.times = &times;
   w.ms.clear();
+  w.step_ns.clear();
   for (int i = 0; i < o.warmup + o.steps; ++i) {
+    if (i >= o.warmup) w.step_ns.push_back(cpu_pair_ns());
     MPI_Barrier(MPI_COMM_WORLD);
     const CommScope scope;
     const auto start = clock_type::now();
@@ -487,6 +571,7 @@ void time_steps(const Options& o, nn::TrainState& state, const nn::Optimizer& op
     if (i >= o.warmup) w.ms.push_back(t);
     if (i == o.warmup + o.steps - 1) w.comm_bytes = allreduce(static_cast<double>(scope.total_bytes()), MPI_MAX);
   }
+  w.step_ns.push_back(cpu_pair_ns());
   w.row_updates = std::move(times.row_updates);
 }
 
@@ -640,12 +725,40 @@ double peak_rss_bytes() {
 // The rates the floor charges (docs/design.md, "Performance model"): the busiest core's ranks'
 // GEMMs and streams one after the other at the rates of a rank alone, and the node's memory
 // traffic at the bandwidth all ranks get at once.
+// cpu_pair_ns just before and just after a measurement.
+struct Placement {
+  double before = 0, after = 0;
+  bool in(double ns) const { return same_placement(before, ns) && same_placement(after, ns); }
+};
+
 struct FloorRates {
   GemmRates rates;  // the step's product on this rank's rows
   GemmRates whole;  // the same products on the whole batch's rows (the MLP), else `rates`
   double copy_alone = 0, stream_alone = 0, copy_all = 0, stream_all = 0;
   double rows_alone = 0, rows_all = 0;  // rows_stream's
+  // Where the node's CPUs ran while each all-at-once rate was measured: every core streams, so
+  // those rates follow the placement (a rank alone streams as fast on either).
+  Placement copy_all_at, stream_all_at, rows_all_at;
 };
+
+// The all-at-once bandwidths, each between two probes of the CPUs' placement. Collective.
+void measure_all_at_once(const Options& o, const Measured& w, const Footprints& copies, FloorRates& f) {
+  const double secs = o.measure_seconds;
+  const auto placed = [](Placement& at, auto&& measure) {
+    at.before = cpu_pair_ns();
+    const double rate = measure();
+    at.after = cpu_pair_ns();
+    return rate;
+  };
+  const std::size_t copy_bytes = static_cast<std::size_t>(o.copy_mib) << 20;
+  f.copy_all = placed(f.copy_all_at, [&] { return measure_copy_bandwidth(copy_bytes, secs, Measure::all_at_once); });
+  f.stream_all = placed(f.stream_all_at, [&] {
+    return measure_stream_bandwidth(w.local_blocks, true, copies.adam_all, secs, Measure::all_at_once);
+  });
+  f.rows_all = placed(f.rows_all_at, [&] {
+    return measure_stream_bandwidth(w.local_blocks, false, copies.rows_all, secs, Measure::all_at_once);
+  });
+}
 
 // Collective: every rank measures (rank 0 alone, or all at once) and receives the rates.
 FloorRates measure_floor_rates(const Options& o, const Measured& w, const Footprints& copies) {
@@ -660,10 +773,8 @@ FloorRates measure_floor_rates(const Options& o, const Measured& w, const Footpr
   const std::size_t copy_bytes = static_cast<std::size_t>(o.copy_mib) << 20;
   f.copy_alone = measure_copy_bandwidth(copy_bytes, secs, Measure::alone);
   f.stream_alone = measure_stream_bandwidth(w.local_blocks, true, copies.adam_alone, secs, Measure::alone);
-  f.copy_all = measure_copy_bandwidth(copy_bytes, secs, Measure::all_at_once);
-  f.stream_all = measure_stream_bandwidth(w.local_blocks, true, copies.adam_all, secs, Measure::all_at_once);
   f.rows_alone = measure_stream_bandwidth(w.local_blocks, false, copies.rows_alone, secs, Measure::alone);
-  f.rows_all = measure_stream_bandwidth(w.local_blocks, false, copies.rows_all, secs, Measure::all_at_once);
+  measure_all_at_once(o, w, copies, f);
   return f;
 }
 
@@ -680,7 +791,10 @@ FloorRates pick_rates(const FloorRates& a, const FloorRates& b, Pick pick) {
           pick(a.copy_all, b.copy_all),
           pick(a.stream_all, b.stream_all),
           pick(a.rows_alone, b.rows_alone),
-          pick(a.rows_all, b.rows_all)};
+          pick(a.rows_all, b.rows_all),
+          {},  // a rate picked from two measurements has no one placement
+          {},
+          {}};
 }
 FloorRates faster(const FloorRates& a, const FloorRates& b) {
   return pick_rates(a, b, [](double x, double y) { return std::max(x, y); });
@@ -688,6 +802,27 @@ FloorRates faster(const FloorRates& a, const FloorRates& b) {
 FloorRates slower(const FloorRates& a, const FloorRates& b) {
   return pick_rates(a, b, [](double x, double y) { return std::min(x, y); });
 }
+
+// Each all-at-once rate at its fastest among the measurements whose probes, before and after,
+// both saw the placement `ns`; 0 where none did.
+struct PlacedRates {
+  double copy_all = 0, stream_all = 0, rows_all = 0;
+  bool complete() const { return copy_all > 0 && stream_all > 0 && rows_all > 0; }
+};
+PlacedRates rates_placed(const std::vector<FloorRates>& sets, double ns) {
+  PlacedRates r;
+  for (const FloorRates& f : sets) {
+    if (f.copy_all_at.in(ns)) r.copy_all = std::max(r.copy_all, f.copy_all);
+    if (f.stream_all_at.in(ns)) r.stream_all = std::max(r.stream_all, f.stream_all);
+    if (f.rows_all_at.in(ns)) r.rows_all = std::max(r.rows_all, f.rows_all);
+  }
+  return r;
+}
+
+// How many times more the all-at-once rates are measured, after the steps, where neither of
+// their two measurements saw the steps' placement: the host moved the CPUs every few seconds
+// to every half minute (docs/design.md), and the three rates take 2-3 s.
+constexpr int kPlacementTries = 4;
 
 // The step's floor at the rates `f` for a rank that moves `bytes_per_rank` (docs/design.md,
 // "Performance model"). Collective (the row overlap and the parameters in rows are the busiest
@@ -757,9 +892,10 @@ int run(const Options& o, int world_rank, int world_size) {
   }
   if (!o.strategy.empty() && o.model != "mlp") throw UsageError("--strategy applies to --model mlp only");
   if (!o.strategy.empty() && !o.mesh.empty()) throw UsageError("--strategy and --mesh exclude each other");
-  // The floor's rates are measured twice, before the model's state exists and after its steps,
-  // and each counts at the faster of the two: a floor must not rise because the machine was slow
-  // for a while (docs/design.md, "Performance model").
+  // The floor's rates are measured twice, before the model's state exists and after its steps
+  // (the all-at-once rates up to kPlacementTries times more), and each counts at its fastest: a
+  // floor must not rise because the machine was slow for a while (docs/design.md, "Performance
+  // model").
   FloorRates before;
   Footprints copies;
   const BeforeState measure_before = [&](const Measured& plan) {
@@ -774,7 +910,19 @@ int run(const Options& o, int world_rank, int world_size) {
   // given back: the floor's own arrays below would come on top of them.
   pool_release_cached();
   const FloorRates after = measure_floor_rates(o, w, copies);
-  const FloorRates f = faster(before, after);
+  // The placement most steps ran in, the steps that began and ended in it, and the all-at-once
+  // rates measured in it (again, up to kPlacementTries times, where none was): the floor of the
+  // steps in the machine they ran on (docs/design.md, "Where the host runs the CPUs").
+  const double step_ns = median(w.step_ns);
+  std::vector<FloorRates> sets{before, after};
+  PlacedRates placed = rates_placed(sets, step_ns);
+  for (int t = 0; step_ns > 0 && !placed.complete() && t < kPlacementTries; ++t) {
+    measure_all_at_once(o, w, copies, sets.emplace_back());
+    placed = rates_placed(sets, step_ns);
+  }
+  // Every measurement counts toward the floor at its fastest rates, wherever the CPUs ran.
+  FloorRates f = faster(before, after);
+  for (std::size_t i = 2; i < sets.size(); ++i) f = faster(f, sets[i]);
   const MeshShape& mesh_shape = w.mesh;
   const std::vector<double>& ms = w.ms;
   const double flops_per_rank = w.flops_per_rank;
@@ -788,6 +936,28 @@ int run(const Options& o, int world_rank, int world_size) {
   const double compute_floor_ms = floor.compute_ms, memory_floor_ms = floor.memory_ms;
   const double floor_ms = floor.ms();
   const double med = median(ms);
+  std::vector<double> placed_ms;
+  for (std::size_t i = 0; i < ms.size(); ++i) {
+    if (same_placement(w.step_ns[i], step_ns) && same_placement(w.step_ns[i + 1], step_ns)) placed_ms.push_back(ms[i]);
+  }
+  // The floor at the all-at-once rates of the steps' placement, and the median of those steps
+  // over it; null (NaN here) where no rate or no step was measured in it.
+  double placed_floor_ms = std::nan(""), placed_ratio = std::nan("");
+  if (placed.complete()) {
+    FloorRates g = f;
+    g.copy_all = placed.copy_all;
+    g.stream_all = placed.stream_all;
+    g.rows_all = placed.rows_all;
+    placed_floor_ms = floor_at(g, w, bytes_per_rank, share).ms();
+    if (!placed_ms.empty()) placed_ratio = median(placed_ms) / placed_floor_ms;
+  }
+  // A number for JSON, or null.
+  const auto json = [](double v) {
+    char text[32] = "null";
+    if (std::isfinite(v)) std::snprintf(text, sizeof text, "%.3f", v);
+    return std::string(text);
+  };
+  const auto gbps_placed = [&](double rate) { return json(rate > 0 ? rate / 1e9 : std::nan("")); };
   // MiB of arrays each measuring rank streamed: its parameter blocks' streams, `n` times over.
   const auto footprint_mib = [&](double bytes_per_element, int n) {
     return bytes_per_element * w.local_params * n / (1 << 20);
@@ -804,18 +974,21 @@ int run(const Options& o, int world_rank, int world_size) {
                   f.whole.best() / 1e9);
     }
     std::printf("}\n");
-    std::printf("{\"bench\":\"copy\",\"ranks\":%d,\"mib\":%lld,\"gb_per_s_per_rank\":%.3f,\"gb_per_s_alone\":%.3f}\n",
-                world_size, static_cast<long long>(o.copy_mib), f.copy_all / 1e9, f.copy_alone / 1e9);
+    std::printf(
+        "{\"bench\":\"copy\",\"ranks\":%d,\"mib\":%lld,\"gb_per_s_per_rank\":%.3f,\"gb_per_s_alone\":%.3f,"
+        "\"gb_per_s_per_rank_same_placement\":%s}\n",
+        world_size, static_cast<long long>(o.copy_mib), f.copy_all / 1e9, f.copy_alone / 1e9,
+        gbps_placed(placed.copy_all).c_str());
     std::printf(
         "{\"bench\":\"adam_stream\",\"ranks\":%d,\"elements\":%lld,\"gb_per_s_per_rank\":%.3f,\"gb_per_s_alone\":%.3f,"
-        "\"footprint_mib_per_rank\":%.3f,\"footprint_mib_alone\":%.3f}\n",
+        "\"footprint_mib_per_rank\":%.3f,\"footprint_mib_alone\":%.3f,\"gb_per_s_per_rank_same_placement\":%s}\n",
         world_size, static_cast<long long>(w.local_params), f.stream_all / 1e9, f.stream_alone / 1e9,
-        footprint_mib(16, copies.adam_all), footprint_mib(16, copies.adam_alone));
+        footprint_mib(16, copies.adam_all), footprint_mib(16, copies.adam_alone), gbps_placed(placed.stream_all).c_str());
     std::printf(
         "{\"bench\":\"rows_stream\",\"ranks\":%d,\"elements\":%lld,\"gb_per_s_per_rank\":%.3f,\"gb_per_s_alone\":%.3f,"
-        "\"footprint_mib_per_rank\":%.3f,\"footprint_mib_alone\":%.3f}\n",
+        "\"footprint_mib_per_rank\":%.3f,\"footprint_mib_alone\":%.3f,\"gb_per_s_per_rank_same_placement\":%s}\n",
         world_size, static_cast<long long>(w.local_params), f.rows_all / 1e9, f.rows_alone / 1e9,
-        footprint_mib(12, copies.rows_all), footprint_mib(12, copies.rows_alone));
+        footprint_mib(12, copies.rows_all), footprint_mib(12, copies.rows_alone), gbps_placed(placed.rows_all).c_str());
     char sizes[160];
     if (o.model == "mlp") {
       std::snprintf(sizes, sizeof sizes, "\"depth\":%lld", static_cast<long long>(o.depth));
@@ -831,7 +1004,8 @@ int run(const Options& o, int world_rank, int world_size) {
         "\"gflop_per_rank\":%.4f,\"mb_per_rank\":%.3f,\"strategy\":\"%s\","
         "\"params_per_rank\":%.0f,\"comm_mb_per_rank\":%.3f,\"row_updates\":%zu,\"one_pass_updates\":%zu,"
         "\"row_overlap_ms\":%.3f,\"forward_overlap_ms\":%.3f,\"row_params_per_rank\":%.0f,\"peak_rss_mb\":%.1f,"
-        "\"floor_ms_slower_rates\":%.3f}\n",
+        "\"floor_ms_slower_rates\":%.3f,\"cpu_pair_ns\":%.1f,\"rate_sets\":%zu,\"steps_same_placement\":%zu,"
+        "\"floor_ms_same_placement\":%s,\"ratio_same_placement\":%s}\n",
         o.model.c_str(), mesh_shape.to_string().c_str(), world_size, static_cast<long long>(o.batch), o.layers,
         sizes, o.scan ? "true" : "false", o.steps, med,
         *std::min_element(ms.begin(), ms.end()), *std::max_element(ms.begin(), ms.end()), floor_ms, med / floor_ms,
@@ -840,7 +1014,8 @@ int run(const Options& o, int world_rank, int world_size) {
         w.comm_bytes / 1e6, w.row_updates.size(),
         static_cast<std::size_t>(std::count_if(w.row_updates.begin(), w.row_updates.end(),
                                                [](const nn::RowUpdate& u) { return u.one_pass; })),
-        floor.row_overlap_ms, floor.forward_overlap_ms, floor.row_params, peak_rss / 1e6, slower_floor_ms);
+        floor.row_overlap_ms, floor.forward_overlap_ms, floor.row_params, peak_rss / 1e6, slower_floor_ms, step_ns,
+        sets.size(), placed_ms.size(), json(placed_floor_ms).c_str(), json(placed_ratio).c_str());
     std::fflush(stdout);
   }
   return 0;

@@ -33,6 +33,13 @@
 #   row_overlap_ms = 1e3 * (2 x layers - 1) * min(matmul FLOPs / gemm rate, 4 bytes x block / bandwidth alone)
 # and every weight's forward product reads it as it computes:
 #   forward_overlap_ms = 1e3 * 2 x layers * min(matmul FLOPs / gemm rate, 4 bytes x block / bandwidth alone)
+# And the floor of the steps' placement of the CPUs (cpu_pair_ns, the median of the probes around
+# the steps; 0 where rank 0 is bound to one CPU): floor_ms_same_placement is the same floor with
+# each per-rank bandwidth replaced by gb_per_s_per_rank_same_placement (the fastest measurement
+# in that placement: at most the rate's fastest anywhere), so never below floor_ms, and
+# ratio_same_placement the median of steps_same_placement of the steps over it (between ms_min
+# and ms_max); both null where no probe was taken, or no measurement of the rates saw the steps'
+# placement in the 2 + 4 sets of them.
 set -uo pipefail
 out=$("$@") || { echo "FAIL: bench_train exited with $?" >&2; exit 1; }
 echo "$out"
@@ -95,6 +102,31 @@ floor = max(compute, memory)
 assert abs(step["ms_median"] / step["floor_ms"] - step["ratio"]) <= 1e-2 * step["ratio"], step
 # The same floor at the slower of each rate's two measurements: never below the floor.
 assert step["floor_ms_slower_rates"] >= step["floor_ms"] * (1 - 1e-2), step
+# The floor of the steps' placement.
+placed = [copy["gb_per_s_per_rank_same_placement"], stream["gb_per_s_per_rank_same_placement"],
+          rows["gb_per_s_per_rank_same_placement"]]
+assert 0 <= step["steps_same_placement"] <= step["steps"] and 2 <= step["rate_sets"] <= 6, step
+if step["cpu_pair_ns"] == 0:
+    assert placed == [None] * 3 and step["rate_sets"] == 2 and step["steps_same_placement"] == 0, (placed, step)
+else:
+    assert step["cpu_pair_ns"] > 0, step
+if step["floor_ms_same_placement"] is None:
+    assert None in placed and step["ratio_same_placement"] is None, (placed, step)
+    assert step["cpu_pair_ns"] == 0 or step["rate_sets"] == 6, step
+else:
+    for line, rate in zip((copy, stream, rows), placed):
+        assert rate is not None and 0 < rate <= line["gb_per_s_per_rank"] * (1 + 1e-3), (line, rate)
+    bw_all_p = max(placed[0], placed[1])
+    rows_all_p = max(bw_all_p, placed[2])
+    memory_p = 1e3 * (other_mb * 1e-3 / bw_all_p + row_mb * 1e-3 / rows_all_p)
+    floor_p = max(compute, memory_p)
+    assert abs(step["floor_ms_same_placement"] - floor_p) <= 1e-2 * floor_p, (step["floor_ms_same_placement"], floor_p)
+    assert step["floor_ms_same_placement"] >= step["floor_ms"] * (1 - 1e-2), step
+    if step["steps_same_placement"] == 0:
+        assert step["ratio_same_placement"] is None, step
+    else:
+        ms = step["ratio_same_placement"] * step["floor_ms_same_placement"]
+        assert step["ms_min"] * (1 - 1e-2) <= ms <= step["ms_max"] * (1 + 1e-2), (ms, step)
 print(f"ok: floor {step['floor_ms']} ms = max({compute:.3f}, {memory:.3f}) from the printed rates, "
       f"{step['ranks_per_core']} ranks per core")
 PY
