@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "apps/cli_main.h"
+#include "apps/placements.h"
 #include "apps/run_support.h"
 #include "apps/synthetic_data.h"
 #include "collectives/comm_stats.h"
@@ -65,6 +66,7 @@
 namespace {
 
 using namespace tessera;
+using apps::Placements;
 using clock_type = std::chrono::steady_clock;
 
 double seconds_since(clock_type::time_point start) {
@@ -220,10 +222,6 @@ double cpu_pair_ns() {
   return ns;
 }
 
-// Whether two probes saw the CPUs placed alike: both taken, neither 1.5 times the other. Across
-// two dies the probes took 3-4 times as long as on one; on one die they fell in two groups,
-// 26-41 and 56-67 ns (with some between), told apart here too.
-bool same_placement(double a, double b) { return a > 0 && b > 0 && std::max(a, b) < 1.5 * std::min(a, b); }
 
 // Runs `work` for about `seconds` in up to 5 trials and returns the best trial's repetitions per
 // second (as STREAM reports its best of 10): a floor must not rise because the machine was busy
@@ -728,7 +726,7 @@ double peak_rss_bytes() {
 // cpu_pair_ns just before and just after a measurement.
 struct Placement {
   double before = 0, after = 0;
-  bool in(double ns) const { return same_placement(before, ns) && same_placement(after, ns); }
+  bool in(double ns, const Placements& seen) const { return seen.same(before, ns) && seen.same(after, ns); }
 };
 
 struct FloorRates {
@@ -809,14 +807,26 @@ struct PlacedRates {
   double copy_all = 0, stream_all = 0, rows_all = 0;
   bool complete() const { return copy_all > 0 && stream_all > 0 && rows_all > 0; }
 };
-PlacedRates rates_placed(const std::vector<FloorRates>& sets, double ns) {
+PlacedRates rates_placed(const std::vector<FloorRates>& sets, double ns, const Placements& seen) {
   PlacedRates r;
   for (const FloorRates& f : sets) {
-    if (f.copy_all_at.in(ns)) r.copy_all = std::max(r.copy_all, f.copy_all);
-    if (f.stream_all_at.in(ns)) r.stream_all = std::max(r.stream_all, f.stream_all);
-    if (f.rows_all_at.in(ns)) r.rows_all = std::max(r.rows_all, f.rows_all);
+    if (f.copy_all_at.in(ns, seen)) r.copy_all = std::max(r.copy_all, f.copy_all);
+    if (f.stream_all_at.in(ns, seen)) r.stream_all = std::max(r.stream_all, f.stream_all);
+    if (f.rows_all_at.in(ns, seen)) r.rows_all = std::max(r.rows_all, f.rows_all);
   }
   return r;
+}
+
+// Every probe of a run: around its steps and around each all-at-once measurement.
+Placements placements_seen(const std::vector<double>& step_ns, const std::vector<FloorRates>& sets) {
+  std::vector<double> probes = step_ns;
+  for (const FloorRates& f : sets) {
+    for (const Placement* at : {&f.copy_all_at, &f.stream_all_at, &f.rows_all_at}) {
+      probes.push_back(at->before);
+      probes.push_back(at->after);
+    }
+  }
+  return Placements(std::move(probes));
 }
 
 // How many times more the all-at-once rates are measured, after the steps, where neither of
@@ -915,10 +925,12 @@ int run(const Options& o, int world_rank, int world_size) {
   // steps in the machine they ran on (docs/design.md, "Where the host runs the CPUs").
   const double step_ns = median(w.step_ns);
   std::vector<FloorRates> sets{before, after};
-  PlacedRates placed = rates_placed(sets, step_ns);
+  Placements seen = placements_seen(w.step_ns, sets);
+  PlacedRates placed = rates_placed(sets, step_ns, seen);
   for (int t = 0; step_ns > 0 && !placed.complete() && t < kPlacementTries; ++t) {
     measure_all_at_once(o, w, copies, sets.emplace_back());
-    placed = rates_placed(sets, step_ns);
+    seen = placements_seen(w.step_ns, sets);
+    placed = rates_placed(sets, step_ns, seen);
   }
   // Every measurement counts toward the floor at its fastest rates, wherever the CPUs ran.
   FloorRates f = faster(before, after);
@@ -938,7 +950,7 @@ int run(const Options& o, int world_rank, int world_size) {
   const double med = median(ms);
   std::vector<double> placed_ms;
   for (std::size_t i = 0; i < ms.size(); ++i) {
-    if (same_placement(w.step_ns[i], step_ns) && same_placement(w.step_ns[i + 1], step_ns)) placed_ms.push_back(ms[i]);
+    if (seen.same(w.step_ns[i], step_ns) && seen.same(w.step_ns[i + 1], step_ns)) placed_ms.push_back(ms[i]);
   }
   // The floor at the all-at-once rates of the steps' placement, and the median of those steps
   // over it; null (NaN here) where no rate or no step was measured in it.
