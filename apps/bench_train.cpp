@@ -155,8 +155,8 @@ double ranks_per_core() {
 
 // Where the host runs the node's CPUs. A virtual machine's two CPUs may run on one die of the
 // host, sharing its link to memory, or on two, and the host moves them while a job runs: on this
-// project's 2-CPU machine a cache line passed between them in 41-77 ns on one die and 201-239 ns
-// across two, and both cores streaming at once reached 48-66 GB/s on one die against 78-107
+// project's 2-CPU machine a cache line passed between them in 40-77 ns on one die and 201-239 ns
+// across two, and both cores streaming at once reached 48-61 GB/s on one die against 78-107
 // across two, one core alone 43-60 either way (docs/design.md, "Where the host runs the CPUs").
 // A floor from rates measured across two dies is not the floor of steps run on one.
 //
@@ -221,7 +221,6 @@ double cpu_pair_ns() {
   MPI_Bcast(&ns, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   return ns;
 }
-
 
 // Runs `work` for about `seconds` in up to 5 trials and returns the best trial's repetitions per
 // second (as STREAM reports its best of 10): a floor must not rise because the machine was busy
@@ -720,15 +719,15 @@ double peak_rss_bytes() {
   return static_cast<double>(usage.ru_maxrss) * 1024.0;  // ru_maxrss: KiB
 }
 
-// The rates the floor charges (docs/design.md, "Performance model"): the busiest core's ranks'
-// GEMMs and streams one after the other at the rates of a rank alone, and the node's memory
-// traffic at the bandwidth all ranks get at once.
 // cpu_pair_ns just before and just after a measurement.
 struct Placement {
   double before = 0, after = 0;
   bool in(double ns, const Placements& seen) const { return seen.same(before, ns) && seen.same(after, ns); }
 };
 
+// The rates the floor charges (docs/design.md, "Performance model"): the busiest core's ranks'
+// GEMMs and streams one after the other at the rates of a rank alone, and the node's memory
+// traffic at the bandwidth all ranks get at once.
 struct FloorRates {
   GemmRates rates;  // the step's product on this rank's rows
   GemmRates whole;  // the same products on the whole batch's rows (the MLP), else `rates`
