@@ -2,8 +2,10 @@
 # scaling.sh [--ranks "1 2 4 8"] [--out FILE] [-- BENCH_TRAIN_ARGS...]: the scaling table of the
 # README. Runs build/apps/bench_train for each parallelism strategy (dp, tp, fsdp, 2d; see
 # bench_train --help) at each rank count on this machine (scripts/mpirun/local.sh), and prints
-# one Markdown table: step time (median), its floor and their ratio, the bytes each rank sends
-# per step, the parameters each rank holds and its peak resident memory. One rank runs once (every
+# one Markdown table: step time (median), its floor and their ratio, the ratio against the floor
+# of the steps' placement of the CPUs and that placement's probe (docs/design.md, "Where the host
+# runs the CPUs"), the bytes each rank sends per step, the parameters each rank holds and its
+# peak resident memory. One rank runs once (every
 # strategy is the same program there); 2d needs 4 ranks or more; a configuration whose train state
 # does not fit in this machine's memory gets bench_train's refusal in its row instead of figures.
 # BENCH_TRAIN_ARGS replace the model (default: the B8 L8 D4096 MLP, 3 timed steps after 1).
@@ -62,15 +64,21 @@ first = next((r for r in rows if "refused" not in r), None)
 if first:
     print(f"MLP batch {first['batch']}, {first['layers']} layers, depth {first['depth']}, Adam, f32; "
           "bench_train --strategy, on this machine's cores (more ranks than cores are oversubscribed)\n")
-print("| strategy | ranks | mesh | ms per step | floor ms | ratio | MB sent per rank per step | parameters per rank | peak GB per rank |")
-print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+print("| strategy | ranks | mesh | ms per step | floor ms | ratio | ratio, steps' placement | CPU pair ns | "
+      "MB sent per rank per step | parameters per rank | peak GB per rank |")
+print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 order = {"all": 0, "dp": 1, "tp": 2, "fsdp": 3, "2d": 4}
 for r in sorted(rows, key=lambda r: (order[r["strategy"]], r["ranks"])):
     name = names[r["strategy"]]
     if "refused" in r:
-        print(f"| {name} | {r['ranks']} | | not run: {r['refused']} | | | | | |")
+        print(f"| {name} | {r['ranks']} | | not run: {r['refused']} | | | | | | | |")
         continue
     mesh = r["mesh"].replace(": ", "=").replace(" ", "")
+    # The ratio against the floor of the placement the host gave the CPUs during the steps
+    # (bench_train's ratio_same_placement, null where no measurement saw it), and that placement's
+    # probe (cpu_pair_ns: on this machine about 40 ns on one die of the host, 200 on two).
+    placed = "n/a" if r["ratio_same_placement"] is None else f"{r['ratio_same_placement']:.2f}"
     print(f"| {name} | {r['ranks']} | {mesh} | {r['ms_median']:.1f} | {r['floor_ms']:.1f} | {r['ratio']:.2f} | "
+          f"{placed} | {r['cpu_pair_ns']:.0f} | "
           f"{r['comm_mb_per_rank']:.1f} | {r['params_per_rank'] / 1e6:.1f} M | {r['peak_rss_mb'] / 1e3:.2f} |")
 PY

@@ -39,6 +39,12 @@ assert rows[("all", 1)]["comm_mb_per_rank"] == 0
 lines = [l for l in sys.argv[2].splitlines() if l.startswith("| ") and "---" not in l]
 assert len(lines) == 1 + len(want), lines  # the header and one row each
 assert lines[1].startswith("| all (one rank) | 1 | data=1,model=1 |"), lines[1]
+# Eleven columns a row; the same-placement ratio and the probe as bench_train printed them.
+one = rows[("all", 1)]
+cells = [c.strip() for c in lines[1].strip().strip("|").split("|")]
+assert len(cells) == 11 and all(len([c for c in l.strip().strip("|").split("|")]) == 11 for l in lines), lines
+placed = "n/a" if one["ratio_same_placement"] is None else f"{one['ratio_same_placement']:.2f}"
+assert cells[6] == placed and cells[7] == f"{one['cpu_pair_ns']:.0f}", (cells, one)
 assert any(l.startswith("| FSDP | 4 | data=4,model=1 |") for l in lines), lines
 assert any(l.startswith("| 2-D (data x model) | 4 | data=2,model=2 |") for l in lines), lines
 print("ok: 8 rows, parameters per rank and data-parallel bytes as the strategies give")
