@@ -738,13 +738,15 @@ struct FloorRates {
   Placement copy_all_at, stream_all_at, rows_all_at;
 };
 
-// The all-at-once bandwidths, each between two probes of the CPUs' placement. Collective.
+// The all-at-once bandwidths, each between two probes of the CPUs' placement (one probe between
+// two measurements: the after of one and the before of the next). Collective.
 void measure_all_at_once(const Options& o, const Measured& w, const Footprints& copies, FloorRates& f) {
   const double secs = o.measure_seconds;
-  const auto placed = [](Placement& at, auto&& measure) {
-    at.before = cpu_pair_ns();
+  double probe = cpu_pair_ns();
+  const auto placed = [&](Placement& at, auto&& measure) {
+    at.before = probe;
     const double rate = measure();
-    at.after = cpu_pair_ns();
+    at.after = probe = cpu_pair_ns();
     return rate;
   };
   const std::size_t copy_bytes = static_cast<std::size_t>(o.copy_mib) << 20;
@@ -932,8 +934,8 @@ int run(const Options& o, int world_rank, int world_size) {
     placed = rates_placed(sets, step_ns, seen);
   }
   // Every measurement counts toward the floor at its fastest rates, wherever the CPUs ran.
-  FloorRates f = faster(before, after);
-  for (std::size_t i = 2; i < sets.size(); ++i) f = faster(f, sets[i]);
+  FloorRates f = sets.front();
+  for (const FloorRates& set : sets) f = faster(f, set);
   const MeshShape& mesh_shape = w.mesh;
   const std::vector<double>& ms = w.ms;
   const double flops_per_rank = w.flops_per_rank;
