@@ -299,7 +299,7 @@ void for_row_blocks(std::int64_t m, Block&& block) {
 // C[m, n] (+)= op(A)[m, k] B[k, n], B row-major and not transposed, over the rows [l0, l1) of B
 // (the columns of op(A)). Rows of C in blocks of R (<= 8), columns in strips of two vectors:
 // R x 2 accumulators stay in registers over the panel's rows, so each element of B is loaded
-// once per row block (once in all when m <= 8). With Prefetch, each of the panel's rows is
+// once per row block (once in all when m <= 8). With a Prefetch, each of the panel's rows is
 // prefetched kSkinnyPrefetch strips ahead of the strip being read: a panel reads its rows side by
 // side, more streams than the hardware prefetcher follows (B [4096, 4096] from memory, m = 8:
 // 4.5 ms without, 3.3-3.5 with; a summing loop reads its 64 MiB in 1.55 ms). Near a
@@ -310,9 +310,32 @@ void for_row_blocks(std::int64_t m, Block&& block) {
 // 217-257 -> 146-181 us each; [2048, 2048] 875-883 -> 574-615; [4096, 4096] 2.92 -> 2.57-2.66 ms).
 // In cache the extra prefetches cost (one weight from L3: the forward measured 154-156 -> 125-129
 // GFLOP/s in bench_train), which a weight read after its update never is.
+// Those figures are a Zen host's. On an Intel host (a Xeon with AVX-512 and 2 MiB of L2 a core,
+// 2026-11-26) the same prefetches made the forward three times slower than it need be: a
+// [4096, 4096] weight from memory took 7.0 ms, 4.5 with the rows' prefetches into L1 as
+// prefetcht0 and no prefetch of the next panel (prefetchnta there fills L1 alone, and a line it
+// brings is read from memory again when L1 drops it before its strip comes; the next panel's
+// rows are 16 more streams than the L2's prefetcher keeps going). The kind is chosen once per
+// process by the CPU's vendor (forward_prefetch()); the sums, and so the bits, are the same.
 // With Stream, C's strips are stored past the caches (stream_vector; C aligned to a vector, n a
 // multiple of one).
-template <class T, int R, bool Prefetch, bool Stream = false>
+enum class RowPrefetch {
+  none,
+  nta_next_panel,  // prefetchnta ahead in each row, and the next panel's rows into L2 (Zen)
+  t0,              // prefetcht0 ahead in each row (Intel)
+};
+
+// The forward's prefetch for the CPU this process runs on (see skinny_rows).
+RowPrefetch forward_prefetch() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const RowPrefetch kind = __builtin_cpu_is("intel") ? RowPrefetch::t0 : RowPrefetch::nta_next_panel;
+  return kind;
+#else
+  return RowPrefetch::nta_next_panel;
+#endif
+}
+
+template <class T, int R, RowPrefetch Prefetch, bool Stream = false>
 void skinny_rows(const T* A, const T* B, T* C, std::int64_t row0, std::int64_t m, std::int64_t n, std::int64_t k,
                  std::int64_t l0, std::int64_t l1, bool trans_a, bool accumulate) {
   using V = typename Vec<T>::type;
@@ -346,7 +369,10 @@ void skinny_rows(const T* A, const T* B, T* C, std::int64_t row0, std::int64_t m
     const std::int64_t p0 = prefetch_column(j + ahead), p1 = prefetch_column(j + ahead + L);
     for (std::int64_t l = l0; l < l1; ++l) {
       V b0, b1;
-      if constexpr (Prefetch) {
+      if constexpr (Prefetch == RowPrefetch::t0) {
+        __builtin_prefetch(B + l * n + p0, 0, 3);
+        __builtin_prefetch(B + l * n + p1, 0, 3);
+      } else if constexpr (Prefetch == RowPrefetch::nta_next_panel) {
         __builtin_prefetch(B + l * n + p0, 0, 0);
         __builtin_prefetch(B + l * n + p1, 0, 0);
         if (l + below < k) {  // the same strip of the next panel's row, into L2
@@ -403,6 +429,7 @@ template <class T>
 void skinny_nn(const T* A, const T* B, T* C, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a,
                bool accumulate) {
   const std::int64_t panel = skinny_panel_rows<T>(n);
+  const RowPrefetch prefetch = forward_prefetch();
   // C written once (one panel, nothing to add to), large, and aligned for vector stores.
   const bool stream = !accumulate && k <= panel &&
                       static_cast<std::size_t>(m * n) * sizeof(T) >= kStreamBytes &&
@@ -415,13 +442,13 @@ void skinny_nn(const T* A, const T* B, T* C, std::int64_t m, std::int64_t n, std
     for_row_blocks<kSkinnyRows>(m, [&](auto rows, std::int64_t i) {
       constexpr int R = decltype(rows)::value;
       // B is the large operand (a weight, read from memory) unless k is the thin side.
-      if (k > kSkinnyLimit) {
-        if (stream) skinny_rows<T, R, true, true>(A, B, C, i, m, n, k, l0, l1, trans_a, add);
-        else skinny_rows<T, R, true>(A, B, C, i, m, n, k, l0, l1, trans_a, add);
-      } else {
-        if (stream) skinny_rows<T, R, false, true>(A, B, C, i, m, n, k, l0, l1, trans_a, add);
-        else skinny_rows<T, R, false>(A, B, C, i, m, n, k, l0, l1, trans_a, add);
-      }
+      const auto run = [&]<RowPrefetch P>(std::integral_constant<RowPrefetch, P>) {
+        if (stream) skinny_rows<T, R, P, true>(A, B, C, i, m, n, k, l0, l1, trans_a, add);
+        else skinny_rows<T, R, P>(A, B, C, i, m, n, k, l0, l1, trans_a, add);
+      };
+      if (k <= kSkinnyLimit) run(std::integral_constant<RowPrefetch, RowPrefetch::none>{});
+      else if (prefetch == RowPrefetch::t0) run(std::integral_constant<RowPrefetch, RowPrefetch::t0>{});
+      else run(std::integral_constant<RowPrefetch, RowPrefetch::nta_next_panel>{});
     });
     l0 = l1;
   } while (l0 < k);
