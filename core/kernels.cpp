@@ -296,6 +296,27 @@ void for_row_blocks(std::int64_t m, Block&& block) {
   }(std::make_integer_sequence<int, Max - 1>{});
 }
 
+enum class RowPrefetch {
+  none,
+  nta_next_panel,  // prefetchnta ahead in each row, and the next panel's rows into L2 (Zen)
+  t0,              // prefetcht0 ahead in each row (Intel)
+};
+
+// The forward's prefetch for the CPU this process runs on (see skinny_rows below).
+RowPrefetch forward_prefetch() {
+#if defined(__x86_64__) || defined(__i386__)
+  // __builtin_cpu_init first: a static initializer of another file may call this before
+  // libgcc's own constructor has read the CPU.
+  static const RowPrefetch kind = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_is("intel") ? RowPrefetch::t0 : RowPrefetch::nta_next_panel;
+  }();
+  return kind;
+#else
+  return RowPrefetch::nta_next_panel;
+#endif
+}
+
 // C[m, n] (+)= op(A)[m, k] B[k, n], B row-major and not transposed, over the rows [l0, l1) of B
 // (the columns of op(A)). Rows of C in blocks of R (<= 8), columns in strips of two vectors:
 // R x 2 accumulators stay in registers over the panel's rows, so each element of B is loaded
@@ -311,30 +332,15 @@ void for_row_blocks(std::int64_t m, Block&& block) {
 // In cache the extra prefetches cost (one weight from L3: the forward measured 154-156 -> 125-129
 // GFLOP/s in bench_train), which a weight read after its update never is.
 // Those figures are a Zen host's. On an Intel host (a Xeon with AVX-512 and 2 MiB of L2 a core,
-// 2026-11-26) the same prefetches made the forward three times slower than it need be: a
+// 2026-11-26) the same prefetches made the forward 1.6 times as slow as it need be: a
 // [4096, 4096] weight from memory took 7.0 ms, 4.5 with the rows' prefetches into L1 as
-// prefetcht0 and no prefetch of the next panel (prefetchnta there fills L1 alone, and a line it
-// brings is read from memory again when L1 drops it before its strip comes; the next panel's
-// rows are 16 more streams than the L2's prefetcher keeps going). The kind is chosen once per
-// process by the CPU's vendor (forward_prefetch()); the sums, and so the bits, are the same.
+// prefetcht0 and no prefetch of the next panel (likely because prefetchnta there fills L1 and
+// not L2, so a line L1 drops before its strip comes is read from memory again, and the next
+// panel's rows are 16 more streams than the L2's prefetcher keeps going). The kind is chosen
+// once per process by the CPU's vendor (forward_prefetch()); the sums, and so the bits, are the
+// same.
 // With Stream, C's strips are stored past the caches (stream_vector; C aligned to a vector, n a
 // multiple of one).
-enum class RowPrefetch {
-  none,
-  nta_next_panel,  // prefetchnta ahead in each row, and the next panel's rows into L2 (Zen)
-  t0,              // prefetcht0 ahead in each row (Intel)
-};
-
-// The forward's prefetch for the CPU this process runs on (see skinny_rows).
-RowPrefetch forward_prefetch() {
-#if defined(__x86_64__) || defined(__i386__)
-  static const RowPrefetch kind = __builtin_cpu_is("intel") ? RowPrefetch::t0 : RowPrefetch::nta_next_panel;
-  return kind;
-#else
-  return RowPrefetch::nta_next_panel;
-#endif
-}
-
 template <class T, int R, RowPrefetch Prefetch, bool Stream = false>
 void skinny_rows(const T* A, const T* B, T* C, std::int64_t row0, std::int64_t m, std::int64_t n, std::int64_t k,
                  std::int64_t l0, std::int64_t l1, bool trans_a, bool accumulate) {
