@@ -126,6 +126,7 @@ Strategy strategy_for(const std::string& name, int ranks) {
 // rank's first floor measurement), which finds it once for the run.
 struct NodeShape {
   int ranks = 1, rank = 0, cpus = 1;
+  cpu_set_t cpu_set{};  // the union of the node's ranks' affinity masks (cpus of them)
   // The ranks that stream when the node's ranks measure at once: one per CPU, the first ones.
   int running() const { return std::min(ranks, cpus); }
 };
@@ -140,7 +141,7 @@ NodeShape find_node_shape() {
   std::memcpy(mask, &cpus, sizeof mask);
   MPI_Allreduce(MPI_IN_PLACE, mask, words, MPI_UNSIGNED_LONG, MPI_BOR, node.handle());
   std::memcpy(&cpus, mask, sizeof mask);
-  return {node.size(), node.rank(), std::max(1, CPU_COUNT(&cpus))};
+  return {node.size(), node.rank(), std::max(1, CPU_COUNT(&cpus)), cpus};
 }
 const NodeShape& node_shape() {
   static const NodeShape shape = find_node_shape();
@@ -160,19 +161,20 @@ double ranks_per_core() {
 // across two, one core alone 43-60 either way (docs/design.md, "Where the host runs the CPUs").
 // A floor from rates measured across two dies is not the floor of steps run on one.
 //
-// The one-way time, in ns, of a cache line passed between the first two CPUs of this thread's
-// affinity (a thread pinned to each, the caller's affinity restored after): the fastest of
-// kProbeBatches batches of kProbeTrips round trips, so that a batch another task interrupts
-// does not count. 0 where the thread may run on one CPU only (ranks bound to a core each) or
-// the pinning fails.
+// The one-way time, in ns, of a cache line passed between the first two CPUs the node's ranks
+// may run on (`node`, the union of their affinity masks: a rank bound to one core, as
+// scripts/mpirun/local.sh binds more ranks than cores, still probes the node's first two), a
+// thread pinned to each, the caller's affinity restored after: the fastest of kProbeBatches
+// batches of kProbeTrips round trips, so that a batch another task interrupts does not count. 0
+// where the node's ranks may run on one CPU only or the pinning fails.
 constexpr int kProbeBatches = 8, kProbeTrips = 256;
-double probe_cpu_pair() {
+double probe_cpu_pair(const cpu_set_t& node) {
   cpu_set_t mask;
   CPU_ZERO(&mask);
   if (pthread_getaffinity_np(pthread_self(), sizeof mask, &mask) != 0) return 0;
   int cpus[2] = {-1, -1}, found = 0;
   for (int c = 0; c < CPU_SETSIZE && found < 2; ++c) {
-    if (CPU_ISSET(c, &mask)) cpus[found++] = c;
+    if (CPU_ISSET(c, &node)) cpus[found++] = c;
   }
   if (found < 2) return 0;
   const auto pin = [](int cpu) {
@@ -216,7 +218,8 @@ double probe_cpu_pair() {
 double cpu_pair_ns() {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  double ns = rank == 0 ? probe_cpu_pair() : 0;
+  const NodeShape& node = node_shape();  // collective on its first call
+  double ns = rank == 0 ? probe_cpu_pair(node.cpu_set) : 0;
   Communicator::world().barrier_sleeping(100);
   MPI_Bcast(&ns, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   return ns;
