@@ -125,10 +125,12 @@ Strategy strategy_for(const std::string& name, int ranks) {
 // step of 3.22 for the tutorial's model on 1x2: ratio 0.72). Collective on its first call (every
 // rank's first floor measurement), which finds it once for the run.
 struct NodeShape {
-  int ranks = 1, rank = 0, cpus = 1;
-  cpu_set_t cpu_set{};  // the union of the node's ranks' affinity masks (cpus of them)
+  int ranks = 1, rank = 0;
+  cpu_set_t cpu_set{};  // the union of the node's ranks' affinity masks
+  // How many CPUs that union holds (1 if it reads as none).
+  int cpus() const { return std::max(1, CPU_COUNT(&cpu_set)); }
   // The ranks that stream when the node's ranks measure at once: one per CPU, the first ones.
-  int running() const { return std::min(ranks, cpus); }
+  int running() const { return std::min(ranks, cpus()); }
 };
 NodeShape find_node_shape() {
   const Communicator node = Communicator::world().split_shared();
@@ -141,7 +143,7 @@ NodeShape find_node_shape() {
   std::memcpy(mask, &cpus, sizeof mask);
   MPI_Allreduce(MPI_IN_PLACE, mask, words, MPI_UNSIGNED_LONG, MPI_BOR, node.handle());
   std::memcpy(&cpus, mask, sizeof mask);
-  return {node.size(), node.rank(), std::max(1, CPU_COUNT(&cpus)), cpus};
+  return {node.size(), node.rank(), cpus};
 }
 const NodeShape& node_shape() {
   static const NodeShape shape = find_node_shape();
@@ -151,7 +153,7 @@ const NodeShape& node_shape() {
 // Ranks per core on the busiest node: a node's ranks over its CPUs, the most over all nodes.
 double ranks_per_core() {
   const NodeShape& node = node_shape();
-  return allreduce(static_cast<double>(node.ranks) / node.cpus, MPI_MAX);
+  return allreduce(static_cast<double>(node.ranks) / node.cpus(), MPI_MAX);
 }
 
 // Where the host runs the node's CPUs. A virtual machine's two CPUs may run on one die of the
@@ -162,8 +164,8 @@ double ranks_per_core() {
 // A floor from rates measured across two dies is not the floor of steps run on one.
 //
 // The one-way time, in ns, of a cache line passed between the first two CPUs the node's ranks
-// may run on (`node`, the union of their affinity masks: a rank bound to one core, as
-// scripts/mpirun/local.sh binds more ranks than cores, still probes the node's first two), a
+// may run on (`node`, the union of their affinity masks: ranks bound to a core each, by mpirun
+// --bind-to core or srun's binding, still probe the node's first two), a
 // thread pinned to each, the caller's affinity restored after: the fastest of kProbeBatches
 // batches of kProbeTrips round trips, so that a batch another task interrupts does not count. 0
 // where the node's ranks may run on one CPU only or the pinning fails.
