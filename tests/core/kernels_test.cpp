@@ -520,7 +520,7 @@ std::vector<float> rounding_values(std::int64_t n, std::uint32_t seed, float low
 }
 
 // A product into a fresh result (accumulate false) zeroes each of Eigen's blocks of C just
-// before its kernel adds into it (core/kernels.cpp, gemm_zeroed), where C was zeroed whole
+// before its kernel adds into it (core/kernels.cpp, gemm_strided), where C was zeroed whole
 // before: the bits of the same product accumulated into zeros, whatever C held (NaN here), for
 // every transposition, on values whose sums round, and shapes of several of Eigen's blocks in
 // each dimension (depths past its k-block among them) and of a thin side past the thin kernels.
