@@ -112,21 +112,67 @@ class ScratchBlocking : public Eigen::internal::level3_blocking<T, T> {
 // C[m, n] (row-major) += op(A) op(B) through Eigen's GEMM with the blocks of ScratchBlocking: the
 // same kernel, blocking and order of operations as `C.noalias() += op(A) * op(B)` where that
 // takes its GEMM path (not for a vector side or a sum of sides under 20, which keep Eigen's own
-// path: see batched_gemm).
+// path: see batched_gemm). With `zero`, C = op(A) op(B), whatever C held.
 // C's rows are ldc elements apart (ldc >= n): gemm_strided; n apart: gemm_with_scratch.
+//
+// The loop is Eigen's sequential GEMM (GeneralMatrixMatrix.h) for the column-major product
+// C^T = op(B)^T op(A)^T that a row-major result is computed as, with one addition: with `zero`,
+// each block of C is zeroed just before the kernel first adds into it. Zeroing the whole of C
+// first (`C.setZero()`, as before) wrote it once more than the kernel's read and write, and a C
+// larger than L2 (the transformer's [1024, 1024] up projection: 4 MiB) was read back from L3 or
+// memory; a block (at most mc x nc of the blocking) is still in L2 when the kernel reads it
+// (docs/design.md, "Another host: an Intel Xeon"). The same blocks, packing and kernel calls in
+// the same order as Eigen's: the same bits.
 template <class T, int OrderA, int OrderB>
 void gemm_strided(const T* pa, Eigen::Index lda, const T* pb, Eigen::Index ldb, T* pc, Eigen::Index ldc,
-                  Eigen::Index m, Eigen::Index n, Eigen::Index k) {
-  // A row-major result is computed as its transpose: column-major n x m = op(B)^T op(A)^T.
-  ScratchBlocking<T> blocking(n, m, k);
-  Eigen::internal::general_matrix_matrix_product<Eigen::Index, T, OrderA, false, T, OrderB, false, Eigen::RowMajor,
-                                                 1>::run(m, n, k, pa, lda, pb, ldb, pc, 1, ldc, T(1), blocking, nullptr);
+                  Eigen::Index m, Eigen::Index n, Eigen::Index k, bool zero = false) {
+  namespace ei = Eigen::internal;
+  using Index = Eigen::Index;
+  // The column-major view: rows = n (op(B)^T), cols = m (op(A)^T), res = C^T, columns ldc apart.
+  constexpr int kLhsOrder = OrderB == Eigen::RowMajor ? Eigen::ColMajor : Eigen::RowMajor;
+  constexpr int kRhsOrder = OrderA == Eigen::RowMajor ? Eigen::ColMajor : Eigen::RowMajor;
+  using Traits = ei::gebp_traits<T, T>;
+  using LhsMapper = ei::const_blas_data_mapper<T, Index, kLhsOrder>;
+  using RhsMapper = ei::const_blas_data_mapper<T, Index, kRhsOrder>;
+  using ResMapper = ei::blas_data_mapper<T, Index, Eigen::ColMajor, Eigen::Unaligned, 1>;
+  const Index rows = n, cols = m, depth = k;
+  ScratchBlocking<T> blocking(rows, cols, depth);
+  const LhsMapper lhs(pb, ldb);
+  const RhsMapper rhs(pa, lda);
+  const ResMapper res(pc, ldc, 1);
+  const Index kc = blocking.kc();
+  const Index mc = std::min(rows, blocking.mc());
+  const Index nc = std::min(cols, blocking.nc());
+  ei::gemm_pack_lhs<T, Index, LhsMapper, Traits::mr, Traits::LhsProgress, typename Traits::LhsPacket4Packing, kLhsOrder>
+      pack_lhs;
+  ei::gemm_pack_rhs<T, Index, RhsMapper, Traits::nr, kRhsOrder> pack_rhs;
+  ei::gebp_kernel<T, T, Index, ResMapper, Traits::mr, Traits::nr, false, false> gebp;
+  T* block_a = blocking.blockA();
+  T* block_b = blocking.blockB();
+  const bool pack_rhs_once = mc != rows && kc == depth && nc == cols;
+  for (Index i2 = 0; i2 < rows; i2 += mc) {
+    const Index actual_mc = std::min(i2 + mc, rows) - i2;
+    for (Index k2 = 0; k2 < depth; k2 += kc) {
+      const Index actual_kc = std::min(k2 + kc, depth) - k2;
+      pack_lhs(block_a, lhs.getSubMapper(i2, k2), actual_kc, actual_mc);
+      for (Index j2 = 0; j2 < cols; j2 += nc) {
+        const Index actual_nc = std::min(j2 + nc, cols) - j2;
+        if (!pack_rhs_once || i2 == 0) pack_rhs(block_b, rhs.getSubMapper(k2, j2), actual_kc, actual_nc);
+        if (zero && k2 == 0) {
+          for (Index j = j2; j < j2 + actual_nc; ++j) {
+            std::memset(pc + j * ldc + i2, 0, static_cast<std::size_t>(actual_mc) * sizeof(T));
+          }
+        }
+        gebp(res.getSubMapper(i2, j2), block_a, block_b, actual_mc, actual_kc, actual_nc, T(1));
+      }
+    }
+  }
 }
 
 template <class T, int OrderA, int OrderB>
 void gemm_with_scratch(const T* pa, Eigen::Index lda, const T* pb, Eigen::Index ldb, T* pc, Eigen::Index m,
-                       Eigen::Index n, Eigen::Index k) {
-  gemm_strided<T, OrderA, OrderB>(pa, lda, pb, ldb, pc, n, m, n, k);
+                       Eigen::Index n, Eigen::Index k, bool zero) {
+  gemm_strided<T, OrderA, OrderB>(pa, lda, pb, ldb, pc, n, m, n, k, zero);
 }
 
 // Products with a thin side, the shapes of a layer applied to a small batch: Eigen packs the
@@ -802,20 +848,21 @@ void batched_gemm(const Tensor& a, const Tensor& b, Tensor& c, std::int64_t batc
       T* pc = c.data<T>() + i * m * n;
       if (skinny_gemm(pa, pb, pc, m, n, k, trans_a, trans_b, accumulate)) continue;
       MutMap<T> C(pc, m, n);
-      if (!accumulate) C.setZero();
       if (m > 1 && n > 1 && k > 0 && m + n + k >= 20) {
         constexpr int row = Eigen::RowMajor, col = Eigen::ColMajor;
+        const bool fresh = !accumulate;  // C zeroed block by block first
         if (!trans_a && !trans_b) {
-          gemm_with_scratch<T, row, row>(pa, k, pb, n, pc, m, n, k);
+          gemm_with_scratch<T, row, row>(pa, k, pb, n, pc, m, n, k, fresh);
         } else if (trans_a && !trans_b) {
-          gemm_with_scratch<T, col, row>(pa, m, pb, n, pc, m, n, k);
+          gemm_with_scratch<T, col, row>(pa, m, pb, n, pc, m, n, k, fresh);
         } else if (!trans_a && trans_b) {
-          gemm_with_scratch<T, row, col>(pa, k, pb, k, pc, m, n, k);
+          gemm_with_scratch<T, row, col>(pa, k, pb, k, pc, m, n, k, fresh);
         } else {
-          gemm_with_scratch<T, col, col>(pa, m, pb, k, pc, m, n, k);
+          gemm_with_scratch<T, col, col>(pa, m, pb, k, pc, m, n, k, fresh);
         }
         continue;
       }
+      if (!accumulate) C.setZero();
       if (!trans_a && !trans_b) {
         C.noalias() += ConstMap<T>(pa, m, k) * ConstMap<T>(pb, k, n);
       } else if (trans_a && !trans_b) {

@@ -519,6 +519,30 @@ std::vector<float> rounding_values(std::int64_t n, std::uint32_t seed, float low
   return out;
 }
 
+// A product into a fresh result (accumulate false) zeroes each of Eigen's blocks of C just
+// before its kernel adds into it (core/kernels.cpp, gemm_strided), where C was zeroed whole
+// before: the bits of the same product accumulated into zeros, whatever C held (NaN here), for
+// every transposition, on values whose sums round, and shapes of several of Eigen's blocks in
+// each dimension (depths past its k-block among them) and of a thin side past the thin kernels.
+TEST(Kernels, GemmIntoAFreshResultHasTheBitsOfAnAccumulationIntoZeros) {
+  struct Dims {
+    std::int64_t m, n, k;
+  };
+  for (const Dims d : {Dims{300, 1100, 700}, Dims{1100, 300, 64}, Dims{40, 37, 2000}, Dims{129, 513, 257}}) {
+    for (int layout = 0; layout < 4; ++layout) {
+      const bool trans_a = (layout & 1) != 0, trans_b = (layout & 2) != 0;
+      const Tensor a = Tensor::from_vector({d.m * d.k}, rounding_values(d.m * d.k, 1));
+      const Tensor b = Tensor::from_vector({d.k * d.n}, rounding_values(d.k * d.n, 2));
+      Tensor fresh = Tensor::full({d.m * d.n}, std::numeric_limits<double>::quiet_NaN(), DType::f32);
+      Tensor zeros = Tensor::zeros({d.m * d.n}, DType::f32);
+      batched_gemm(a, b, fresh, 1, d.m, d.n, d.k, trans_a, trans_b, false);
+      batched_gemm(a, b, zeros, 1, d.m, d.n, d.k, trans_a, trans_b, true);
+      EXPECT_EQ(std::memcmp(fresh.raw(), zeros.raw(), fresh.nbytes()), 0)
+          << "m " << d.m << " n " << d.n << " k " << d.k << " layout " << layout;
+    }
+  }
+}
+
 // adam_update gives an element the same bits whether the vector loop or the scalar tail updates
 // it: a block of 37 f32 (two vectors of 16 and a tail of 5) against each element alone.
 TEST(Kernels, AdamUpdateGivesAnElementTheSameBitsAnywhereInTheBlock) {
