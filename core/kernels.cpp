@@ -147,6 +147,10 @@ void gemm_strided(const T* pa, Eigen::Index lda, const T* pb, Eigen::Index ldb, 
       pack_lhs;
   ei::gemm_pack_rhs<T, Index, RhsMapper, Traits::nr, kRhsOrder> pack_rhs;
   ei::gebp_kernel<T, T, Index, ResMapper, Traits::mr, Traits::nr, false, false> gebp;
+  if (zero && depth == 0) {  // no block for the kernel to add into
+    for (Index j = 0; j < cols; ++j) std::memset(pc + j * ldc, 0, static_cast<std::size_t>(rows) * sizeof(T));
+    return;
+  }
   T* block_a = blocking.blockA();
   T* block_b = blocking.blockB();
   const bool pack_rhs_once = mc != rows && kc == depth && nc == cols;
@@ -1245,15 +1249,16 @@ AttentionDims attention_dims(const Tensor& q, const Tensor& k, const Tensor& v, 
 }
 
 // One batch row and head: q, out [Sq, D] and k, v [S, D] with rows d.ld() apart, p [Sq, S];
-// shifted [S] is scratch.
+// shifted [S] is scratch. Every row of out, and of p the keys a row's block sees, come from a
+// product into a fresh result (each block zeroed as the product reaches it, gemm_strided); the
+// keys past those a row sees are zeroed after its softmax.
 template <class T>
 void attention_forward_head(const T* q, const T* k, const T* v, T* out, T* p, T* shifted, const AttentionDims& d,
                             std::int64_t q0, T scale) {
   constexpr int row = Eigen::RowMajor, col = Eigen::ColMajor;
   const std::int64_t Sq = d.Sq, S = d.S, D = d.D, ld = d.ld();
-  std::fill(p, p + Sq * S, T(0));
   for_query_blocks(Sq, S, q0, [&](std::int64_t r0, std::int64_t r1, std::int64_t w) {
-    gemm_strided<T, row, col>(q + r0 * ld, ld, k, ld, p + r0 * S, S, r1 - r0, w, D);
+    gemm_strided<T, row, col>(q + r0 * ld, ld, k, ld, p + r0 * S, S, r1 - r0, w, D, true);
   });
   for (std::int64_t i = 0; i < Sq; ++i) {
     const std::int64_t width = keys_seen(q0, i, S);
@@ -1268,14 +1273,13 @@ void attention_forward_head(const T* q, const T* k, const T* v, T* out, T* p, T*
     x /= x.sum();
     std::fill(r + width, r + S, T(0));
   }
-  for (std::int64_t i = 0; i < Sq; ++i) std::fill(out + i * ld, out + i * ld + D, T(0));
   for_query_blocks(Sq, S, q0, [&](std::int64_t r0, std::int64_t r1, std::int64_t w) {
-    gemm_strided<T, row, row>(p + r0 * S, S, v, ld, out + r0 * ld, ld, r1 - r0, D, w);
+    gemm_strided<T, row, row>(p + r0 * S, S, v, ld, out + r0 * ld, ld, r1 - r0, D, w, true);
   });
 }
 
-// Its backward; dq [Sq, D] and dk, dv [S, D] (rows d.ld() apart) start at zero; dp [Sq, S] is
-// scratch.
+// Its backward; dk, dv [S, D] (rows d.ld() apart) start at zero, dq [Sq, D] is written whole
+// (each row block's product into a fresh result); dp [Sq, S] is scratch.
 template <class T>
 void attention_backward_head(const T* q, const T* k, const T* v, const T* p, const T* dout, T* dq, T* dk, T* dv,
                              T* dp, const AttentionDims& d, std::int64_t q0, T scale) {
@@ -1285,9 +1289,8 @@ void attention_backward_head(const T* q, const T* k, const T* v, const T* p, con
   // dV = P^T dO over the keys seen.
   gemm_strided<T, col, row>(p, S, dout, ld, dv, ld, seen, D, Sq);
   // dP = dO V^T, then dS = scale P (dP - rowsum(P dP)).
-  std::fill(dp, dp + Sq * S, T(0));
   for_query_blocks(Sq, S, q0, [&](std::int64_t r0, std::int64_t r1, std::int64_t w) {
-    gemm_strided<T, row, col>(dout + r0 * ld, ld, v, ld, dp + r0 * S, S, r1 - r0, w, D);
+    gemm_strided<T, row, col>(dout + r0 * ld, ld, v, ld, dp + r0 * S, S, r1 - r0, w, D, true);
   });
   for (std::int64_t i = 0; i < Sq; ++i) {
     const std::int64_t width = keys_seen(q0, i, S);
@@ -1299,7 +1302,7 @@ void attention_backward_head(const T* q, const T* k, const T* v, const T* p, con
   }
   // dQ = dS K; dK = dS^T Q.
   for_query_blocks(Sq, S, q0, [&](std::int64_t r0, std::int64_t r1, std::int64_t w) {
-    gemm_strided<T, row, row>(dp + r0 * S, S, k, ld, dq + r0 * ld, ld, r1 - r0, D, w);
+    gemm_strided<T, row, row>(dp + r0 * S, S, k, ld, dq + r0 * ld, ld, r1 - r0, D, w, true);
   });
   gemm_strided<T, col, row>(dp, S, q, ld, dk, ld, seen, D, Sq);
 }
@@ -1372,7 +1375,7 @@ void causal_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v
     dv = to_bf16(dv32);
     return;
   }
-  dq = Tensor(q.shape(), q.dtype());
+  dq = Tensor::empty(q.shape(), q.dtype());
   dk = Tensor(k.shape(), k.dtype());
   dv = Tensor(v.shape(), v.dtype());
   if (d.Sq == 0) return;

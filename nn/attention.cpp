@@ -87,7 +87,7 @@ void rotate(const Tensor& in, Tensor& out, std::int64_t seq_offset, double base,
 ShardedTensor rotate_value(const ShardedTensor& x, double base, std::int64_t offset, double sign) {
   const Mesh& mesh = x.mesh();
   const std::int64_t seq0 = block_offsets(x.spec(), mesh.shape(), x.global_shape(), mesh.coords())[1];
-  Tensor out(x.local().shape(), x.dtype());
+  Tensor out = Tensor::empty(x.local().shape(), x.dtype());  // rotate writes every element
   if (x.dtype() == DType::f32) rotate<float>(x.local(), out, seq0 + offset, base, sign);
   else if (x.dtype() == DType::bf16) rotate<bfloat16>(x.local(), out, seq0 + offset, base, sign);
   else rotate<double>(x.local(), out, seq0 + offset, base, sign);
