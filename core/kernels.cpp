@@ -115,17 +115,25 @@ class ScratchBlocking : public Eigen::internal::level3_blocking<T, T> {
 // path: see batched_gemm). With `zero`, C = op(A) op(B), whatever C held.
 // C's rows are ldc elements apart (ldc >= n): gemm_strided; n apart: gemm_with_scratch.
 //
-// The loop is Eigen's sequential GEMM (GeneralMatrixMatrix.h) for the column-major product
-// C^T = op(B)^T op(A)^T that a row-major result is computed as, with one addition: with `zero`,
-// each block of C is zeroed just before the kernel first adds into it. Zeroing the whole of C
-// first (`C.setZero()`, as before) wrote it once more than the kernel's read and write, and a C
-// larger than L2 (the transformer's [1024, 1024] up projection: 4 MiB) was read back from L3 or
-// memory; a block (at most mc x nc of the blocking) is still in L2 when the kernel reads it
-// (docs/design.md, "Another host: an Intel Xeon"). The same blocks, packing and kernel calls in
-// the same order as Eigen's: the same bits.
+// With `zero` the loop is Eigen's sequential GEMM (GeneralMatrixMatrix.h, for the column-major
+// product C^T = op(B)^T op(A)^T that a row-major result is computed as) written out here, with
+// one addition: each block of C is zeroed just before the kernel first adds into it. Zeroing the
+// whole of C first (`C.setZero()`, as before) wrote it once more than the kernel's read and
+// write, and a C larger than L2 (the transformer's [1024, 1024] up projection: 4 MiB) was read
+// back from L3 or memory; a block (at most mc x nc of the blocking) is still in L2 when the
+// kernel reads it (docs/design.md, "Another host: an Intel Xeon"). The same blocks, packing and
+// kernel calls in the same order as Eigen's own loop, which accumulates: the same bits
+// (kernels_test, GemmIntoAFreshResultHasTheBitsOfAnAccumulationIntoZeros).
 template <class T, int OrderA, int OrderB>
 void gemm_strided(const T* pa, Eigen::Index lda, const T* pb, Eigen::Index ldb, T* pc, Eigen::Index ldc,
                   Eigen::Index m, Eigen::Index n, Eigen::Index k, bool zero = false) {
+  if (!zero) {
+    ScratchBlocking<T> blocking(n, m, k);
+    Eigen::internal::general_matrix_matrix_product<Eigen::Index, T, OrderA, false, T, OrderB, false, Eigen::RowMajor,
+                                                   1>::run(m, n, k, pa, lda, pb, ldb, pc, 1, ldc, T(1), blocking,
+                                                           nullptr);
+    return;
+  }
   namespace ei = Eigen::internal;
   using Index = Eigen::Index;
   // The column-major view: rows = n (op(B)^T), cols = m (op(A)^T), res = C^T, columns ldc apart.
@@ -147,7 +155,7 @@ void gemm_strided(const T* pa, Eigen::Index lda, const T* pb, Eigen::Index ldb, 
       pack_lhs;
   ei::gemm_pack_rhs<T, Index, RhsMapper, Traits::nr, kRhsOrder> pack_rhs;
   ei::gebp_kernel<T, T, Index, ResMapper, Traits::mr, Traits::nr, false, false> gebp;
-  if (zero && depth == 0) {  // no block for the kernel to add into
+  if (depth == 0) {  // no block for the kernel to add into
     for (Index j = 0; j < cols; ++j) std::memset(pc + j * ldc, 0, static_cast<std::size_t>(rows) * sizeof(T));
     return;
   }
@@ -162,7 +170,7 @@ void gemm_strided(const T* pa, Eigen::Index lda, const T* pb, Eigen::Index ldb, 
       for (Index j2 = 0; j2 < cols; j2 += nc) {
         const Index actual_nc = std::min(j2 + nc, cols) - j2;
         if (!pack_rhs_once || i2 == 0) pack_rhs(block_b, rhs.getSubMapper(k2, j2), actual_kc, actual_nc);
-        if (zero && k2 == 0) {
+        if (k2 == 0) {
           for (Index j = j2; j < j2 + actual_nc; ++j) {
             std::memset(pc + j * ldc + i2, 0, static_cast<std::size_t>(actual_mc) * sizeof(T));
           }

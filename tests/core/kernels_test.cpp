@@ -519,9 +519,10 @@ std::vector<float> rounding_values(std::int64_t n, std::uint32_t seed, float low
   return out;
 }
 
-// A product into a fresh result (accumulate false) zeroes each of Eigen's blocks of C just
-// before its kernel adds into it (core/kernels.cpp, gemm_strided), where C was zeroed whole
-// before: the bits of the same product accumulated into zeros, whatever C held (NaN here), for
+// A product into a fresh result (accumulate false) runs Eigen's loop over its blocks written out
+// in core/kernels.cpp (gemm_strided), zeroing each block of C just before its kernel adds into
+// it; an accumulation runs Eigen's own loop. Both give the same bits (the fresh result whatever
+// C held, NaN here; the accumulation into zeros), for
 // every transposition, on values whose sums round, and shapes of several of Eigen's blocks in
 // each dimension (depths past its k-block among them) and of a thin side past the thin kernels.
 TEST(Kernels, GemmIntoAFreshResultHasTheBitsOfAnAccumulationIntoZeros) {
