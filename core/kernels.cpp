@@ -144,6 +144,10 @@ void gemm_strided(const T* pa, Eigen::Index lda, const T* pb, Eigen::Index ldb, 
   using RhsMapper = ei::const_blas_data_mapper<T, Index, kRhsOrder>;
   using ResMapper = ei::blas_data_mapper<T, Index, Eigen::ColMajor, Eigen::Unaligned, 1>;
   const Index rows = n, cols = m, depth = k;
+  if (depth == 0) {  // no block for the kernel to add into
+    for (Index j = 0; j < cols; ++j) std::memset(pc + j * ldc, 0, static_cast<std::size_t>(rows) * sizeof(T));
+    return;
+  }
   ScratchBlocking<T> blocking(rows, cols, depth);
   const LhsMapper lhs(pb, ldb);
   const RhsMapper rhs(pa, lda);
@@ -155,10 +159,6 @@ void gemm_strided(const T* pa, Eigen::Index lda, const T* pb, Eigen::Index ldb, 
       pack_lhs;
   ei::gemm_pack_rhs<T, Index, RhsMapper, Traits::nr, kRhsOrder> pack_rhs;
   ei::gebp_kernel<T, T, Index, ResMapper, Traits::mr, Traits::nr, false, false> gebp;
-  if (depth == 0) {  // no block for the kernel to add into
-    for (Index j = 0; j < cols; ++j) std::memset(pc + j * ldc, 0, static_cast<std::size_t>(rows) * sizeof(T));
-    return;
-  }
   T* block_a = blocking.blockA();
   T* block_b = blocking.blockB();
   const bool pack_rhs_once = mc != rows && kc == depth && nc == cols;
@@ -859,7 +859,6 @@ void batched_gemm(const Tensor& a, const Tensor& b, Tensor& c, std::int64_t batc
       const T* pb = b.data<T>() + i * k * n;
       T* pc = c.data<T>() + i * m * n;
       if (skinny_gemm(pa, pb, pc, m, n, k, trans_a, trans_b, accumulate)) continue;
-      MutMap<T> C(pc, m, n);
       if (m > 1 && n > 1 && k > 0 && m + n + k >= 20) {
         constexpr int row = Eigen::RowMajor, col = Eigen::ColMajor;
         const bool fresh = !accumulate;  // C zeroed block by block first
@@ -874,6 +873,7 @@ void batched_gemm(const Tensor& a, const Tensor& b, Tensor& c, std::int64_t batc
         }
         continue;
       }
+      MutMap<T> C(pc, m, n);
       if (!accumulate) C.setZero();
       if (!trans_a && !trans_b) {
         C.noalias() += ConstMap<T>(pa, m, k) * ConstMap<T>(pb, k, n);
