@@ -24,7 +24,8 @@
 // causal scores and their weighted sum (only the pairs a causal mask keeps: a lower bound).
 // The same floor is printed again at the all-at-once rates measured where the host ran the
 // node's CPUs during the steps (cpu_pair_ns: one die of the host or two), with the steps' ratio
-// to it (ratio_same_placement).
+// to it (ratio_same_placement). Each timed step follows an untimed one, run right after the probe
+// of the CPUs before it (time_steps; untimed_steps counts them with the warmup).
 // One JSON object per line on stdout (rank 0).
 //   scripts/mpirun/local.sh 8 build/apps/bench_train --layers 8 --depth 4096
 #include <mpi.h>
@@ -534,6 +535,7 @@ struct Measured {
   MeshShape mesh;
   std::vector<double> ms;      // the timed steps, the slowest rank of each
   std::vector<double> step_ns;  // cpu_pair_ns before each timed step, and after the last
+  int untimed_steps = 0;        // steps run and not timed: the warmup, and one after each probe
   double comm_bytes = 0;       // bytes one rank sends in one step (CommStats), the most of any rank
   std::vector<nn::RowUpdate> row_updates;  // parameters a step updates in rows, inside their layer's backward
   double flops_per_rank = 0;   // matrix FLOPs of one step on one rank
@@ -555,25 +557,37 @@ using BeforeState = std::function<void(const Measured&)>;
 // Times o.steps train steps (after o.warmup) of `loss_fn` on `batch` into w.ms; w.comm_bytes
 // receives the bytes the busiest rank's collectives send in the last step (the same in every
 // step), w.row_updates the parameters that step updated in rows (StepTimes) and w.step_ns where
-// the node's CPUs ran around each timed step.
+// the node's CPUs ran around each timed step. Each probe of the CPUs (cpu_pair_ns) is followed
+// by one untimed step, then the timed one: the probe leaves the cores to its two threads while
+// the other ranks nap, and the step right after it ran slower than a step right after another
+// (on the Intel host of docs/design.md, 2 ranks at depth 1024: 3.32-3.75 ms against 3.09-3.12
+// with no probe, and 3.16-3.19 with the untimed step between, three interleaved rounds). A
+// timed step so starts as a training run's steps do, right after the one before it.
 void time_steps(const Options& o, nn::TrainState& state, const nn::Optimizer& optimizer, const nn::LossFn& loss_fn,
                 const nn::Batch& batch, nn::StepOptions options, Measured& w) {
   nn::StepTimes times;
   options.times = &times;
   w.ms.clear();
   w.step_ns.clear();
+  const std::int64_t first_step = state.step;
   for (int i = 0; i < o.warmup + o.steps; ++i) {
-    if (i >= o.warmup) w.step_ns.push_back(cpu_pair_ns());
+    const bool timed = i >= o.warmup;
+    if (timed) {
+      w.step_ns.push_back(cpu_pair_ns());
+      nn::train_step(state, optimizer, loss_fn, batch, options);  // untimed: see above
+    }
     MPI_Barrier(MPI_COMM_WORLD);
     const CommScope scope;
     const auto start = clock_type::now();
     nn::train_step(state, optimizer, loss_fn, batch, options);
     // A step ends when its slowest rank ends.
     const double t = allreduce(seconds_since(start) * 1e3, MPI_MAX);
-    if (i >= o.warmup) w.ms.push_back(t);
+    if (timed) w.ms.push_back(t);
     if (i == o.warmup + o.steps - 1) w.comm_bytes = allreduce(static_cast<double>(scope.total_bytes()), MPI_MAX);
   }
   w.step_ns.push_back(cpu_pair_ns());
+  // The steps the state took (train_step counts them) less the timed ones.
+  w.untimed_steps = static_cast<int>(state.step - first_step) - o.steps;
   w.row_updates = std::move(times.row_updates);
 }
 
@@ -1017,7 +1031,7 @@ int run(const Options& o, int world_rank, int world_size) {
     }
     std::printf(
         "{\"bench\":\"train_step\",\"model\":\"%s\",\"mesh\":\"%s\",\"ranks\":%d,\"batch\":%lld,\"layers\":%d,%s,"
-        "\"scan\":%s,\"steps\":%d,\"ms_median\":%.3f,\"ms_min\":%.3f,\"ms_max\":%.3f,\"floor_ms\":%.3f,"
+        "\"scan\":%s,\"steps\":%d,\"untimed_steps\":%d,\"ms_median\":%.3f,\"ms_min\":%.3f,\"ms_max\":%.3f,\"floor_ms\":%.3f,"
         "\"ratio\":%.3f,\"compute_floor_ms\":%.3f,\"memory_floor_ms\":%.3f,\"ranks_per_core\":%.3f,"
         "\"gflop_per_rank\":%.4f,\"mb_per_rank\":%.3f,\"strategy\":\"%s\","
         "\"params_per_rank\":%.0f,\"comm_mb_per_rank\":%.3f,\"row_updates\":%zu,\"one_pass_updates\":%zu,"
@@ -1025,7 +1039,7 @@ int run(const Options& o, int world_rank, int world_size) {
         "\"floor_ms_slower_rates\":%.3f,\"cpu_pair_ns\":%.1f,\"rate_sets\":%zu,\"steps_same_placement\":%zu,"
         "\"floor_ms_same_placement\":%s,\"ratio_same_placement\":%s}\n",
         o.model.c_str(), mesh_shape.to_string().c_str(), world_size, static_cast<long long>(o.batch), o.layers,
-        sizes, o.scan ? "true" : "false", o.steps, med,
+        sizes, o.scan ? "true" : "false", o.steps, w.untimed_steps, med,
         *std::min_element(ms.begin(), ms.end()), *std::max_element(ms.begin(), ms.end()), floor_ms, med / floor_ms,
         compute_floor_ms, memory_floor_ms, share,
         flops_per_rank / 1e9, bytes_per_rank / 1e6, o.strategy.empty() ? "mesh" : o.strategy.c_str(), w.local_params,
