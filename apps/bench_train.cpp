@@ -388,8 +388,8 @@ double measure_copy_bandwidth(std::size_t bytes, double seconds, Measure how) {
   return 2.0 * static_cast<double>(bytes) * rate;
 }
 
-// One fused pass with the streams of Adam's update over element i of n f32 values: reads p, g, m, v
-// and writes p, m, v, with only the arithmetic a bandwidth-bound loop needs (no square root or
+// Element i of one fused pass with the streams of Adam's update over f32 arrays: reads p, g, m,
+// v and writes p, m, v, with only the arithmetic a bandwidth-bound loop needs (no square root or
 // division).
 inline void adam_element(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v,
                          std::size_t i) {
