@@ -426,36 +426,20 @@ inline void rows_element(float* __restrict p, float* __restrict m, float* __rest
 constexpr std::size_t kStreamAhead = 1024;  // elements: 4 KiB ahead in each stream
 constexpr std::size_t kLineElements = 16;   // f32 in a 64-byte line
 
-template <bool Ahead>
-void adam_stream(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v,
-                 std::size_t n) {
+// One pass of `element` over [0, n): a plain loop, or (Ahead) a cache line at a time with each of
+// `streams` prefetched kStreamAhead elements ahead (a read prefetch for every stream: on the Intel
+// host a write prefetch of the written ones was no faster).
+template <bool Ahead, class Element, class... Streams>
+void stream_pass(std::size_t n, Element&& element, const Streams*... streams) {
   std::size_t i = 0;
   if constexpr (Ahead) {
     for (; i + kLineElements <= n; i += kLineElements) {
       const std::size_t at = std::min(i + kStreamAhead, n - 1);
-      __builtin_prefetch(p + at, 1, 3);
-      __builtin_prefetch(g + at, 0, 3);
-      __builtin_prefetch(m + at, 1, 3);
-      __builtin_prefetch(v + at, 1, 3);
-      for (std::size_t j = i; j < i + kLineElements; ++j) adam_element(p, g, m, v, j);
+      (__builtin_prefetch(streams + at, 0, 3), ...);
+      for (std::size_t j = i; j < i + kLineElements; ++j) element(j);
     }
   }
-  for (; i < n; ++i) adam_element(p, g, m, v, i);
-}
-
-template <bool Ahead>
-void rows_stream(float* __restrict p, float* __restrict m, float* __restrict v, std::size_t n) {
-  std::size_t i = 0;
-  if constexpr (Ahead) {
-    for (; i + kLineElements <= n; i += kLineElements) {
-      const std::size_t at = std::min(i + kStreamAhead, n - 1);
-      __builtin_prefetch(p + at, 1, 3);
-      __builtin_prefetch(m + at, 1, 3);
-      __builtin_prefetch(v + at, 1, 3);
-      for (std::size_t j = i; j < i + kLineElements; ++j) rows_element(p, m, v, j);
-    }
-  }
-  for (; i < n; ++i) rows_element(p, m, v, i);
+  for (; i < n; ++i) element(i);
 }
 
 // Bytes per second per rank of Adam's streams over blocks of the sizes of the rank's parameter
@@ -542,13 +526,20 @@ double measure_stream_bandwidth(const std::vector<std::int64_t>& blocks, bool gr
     arrays.push_back(std::make_unique<Block>(1, gradient));
     elements = 1;
   }
-  // The faster of the plain and the prefetching loop (see adam_stream), each measured whole.
+  // The faster of the plain and the prefetching loop (see kStreamAhead), each measured whole.
   const auto rate_with = [&]<bool Ahead>(std::bool_constant<Ahead>) {
     return rate_of(
         [&] {
           for (auto& b : arrays) {
-            if (b->g) adam_stream<Ahead>(b->p.data(), b->g->data(), b->m.data(), b->v.data(), b->n);
-            else rows_stream<Ahead>(b->p.data(), b->m.data(), b->v.data(), b->n);
+            float* __restrict p = b->p.data();
+            float* __restrict m = b->m.data();
+            float* __restrict v = b->v.data();
+            if (b->g) {
+              const float* __restrict g = b->g->data();
+              stream_pass<Ahead>(b->n, [&](std::size_t i) { adam_element(p, g, m, v, i); }, p, g, m, v);
+            } else {
+              stream_pass<Ahead>(b->n, [&](std::size_t i) { rows_element(p, m, v, i); }, p, m, v);
+            }
           }
         },
         seconds, how);
