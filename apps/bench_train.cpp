@@ -24,7 +24,8 @@
 // causal scores and their weighted sum (only the pairs a causal mask keeps: a lower bound).
 // The same floor is printed again at the all-at-once rates measured where the host ran the
 // node's CPUs during the steps (cpu_pair_ns: one die of the host or two), with the steps' ratio
-// to it (ratio_same_placement).
+// to it (ratio_same_placement). Each timed step follows an untimed one, run right after the probe
+// of the CPUs before it (time_steps; untimed_steps counts them with the warmup).
 // One JSON object per line on stdout (rank 0).
 //   scripts/mpirun/local.sh 8 build/apps/bench_train --layers 8 --depth 4096
 #include <mpi.h>
@@ -387,34 +388,58 @@ double measure_copy_bandwidth(std::size_t bytes, double seconds, Measure how) {
   return 2.0 * static_cast<double>(bytes) * rate;
 }
 
-// One fused pass with the streams of Adam's update over n f32 values: reads p, g, m, v and
-// writes p, m, v, with only the arithmetic a bandwidth-bound loop needs (no square root or
+// Element i of one fused pass with the streams of Adam's update over f32 arrays: reads p, g, m,
+// v and writes p, m, v, with only the arithmetic a bandwidth-bound loop needs (no square root or
 // division).
-void adam_stream(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v,
-                 std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) {
-    const float gi = g[i];
-    const float mi = 0.9f * m[i] + 0.1f * gi;
-    const float vi = 0.999f * v[i] + 0.001f * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] -= 1e-3f * (mi + vi);
-  }
+inline void adam_element(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v,
+                         std::size_t i) {
+  const float gi = g[i];
+  const float mi = 0.9f * m[i] + 0.1f * gi;
+  const float vi = 0.999f * v[i] + 0.001f * gi * gi;
+  m[i] = mi;
+  v[i] = vi;
+  p[i] -= 1e-3f * (mi + vi);
 }
 
 // The streams of a weight updated in rows (nn::RowUpdate): its gradient never crosses memory (it
 // is computed a panel or a strip at a time, in cache), so Adam reads and writes p, m and v only,
 // 24 bytes per element, with only the arithmetic a bandwidth-bound loop needs (a gradient made
 // from p in registers; no square root or division).
-void rows_stream(float* __restrict p, float* __restrict m, float* __restrict v, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) {
-    const float gi = 1e-3f * p[i];
-    const float mi = 0.9f * m[i] + 0.1f * gi;
-    const float vi = 0.999f * v[i] + 0.001f * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] -= 1e-3f * (mi + vi);
+inline void rows_element(float* __restrict p, float* __restrict m, float* __restrict v, std::size_t i) {
+  const float gi = 1e-3f * p[i];
+  const float mi = 0.9f * m[i] + 0.1f * gi;
+  const float vi = 0.999f * v[i] + 0.001f * gi * gi;
+  m[i] = mi;
+  v[i] = vi;
+  p[i] -= 1e-3f * (mi + vi);
+}
+
+// Each pattern runs as two loops, and its rate is the faster's: a plain loop, and the same loop a
+// cache line at a time with every stream prefetched kStreamAhead elements ahead (as the library's
+// own update, thin_rows_adam, prefetches its rows). On the Intel host of docs/design.md the plain
+// loops streamed the rank's blocks of the tutorial's model on one rank (96-128 MiB, partly in
+// the L3) at 41-47 GB/s (rows) and 36-38 (Adam's), the prefetching ones at 57-59 and 42-50 (a
+// scratch program, two rounds); from memory (768 MiB and more) both ran at 28-32. With the plain
+// loop alone, one run's median step came to its floor (5.86 ms against 5.84) and another's
+// fastest step (5.99 against 5.99). A floor is the fastest the machine streams the pattern, so it
+// takes the faster loop.
+constexpr std::size_t kStreamAhead = 1024;  // elements: 4 KiB ahead in each stream
+constexpr std::size_t kLineElements = 16;   // f32 in a 64-byte line
+
+// One pass of `element` over [0, n): a plain loop, or (Ahead) a cache line at a time with each of
+// `streams` prefetched kStreamAhead elements ahead (a read prefetch for every stream: on the Intel
+// host a write prefetch of the written ones was no faster).
+template <bool Ahead, class Element, class... Streams>
+void stream_pass(std::size_t n, Element&& element, const Streams*... streams) {
+  std::size_t i = 0;
+  if constexpr (Ahead) {
+    for (; i + kLineElements <= n; i += kLineElements) {
+      const std::size_t at = std::min(i + kStreamAhead, n - 1);
+      (__builtin_prefetch(streams + at, 0, 3), ...);
+      for (std::size_t j = i; j < i + kLineElements; ++j) element(j);
+    }
   }
+  for (; i < n; ++i) element(i);
 }
 
 // Bytes per second per rank of Adam's streams over blocks of the sizes of the rank's parameter
@@ -501,14 +526,25 @@ double measure_stream_bandwidth(const std::vector<std::int64_t>& blocks, bool gr
     arrays.push_back(std::make_unique<Block>(1, gradient));
     elements = 1;
   }
-  const double rate = rate_of(
-      [&] {
-        for (auto& b : arrays) {
-          if (b->g) adam_stream(b->p.data(), b->g->data(), b->m.data(), b->v.data(), b->n);
-          else rows_stream(b->p.data(), b->m.data(), b->v.data(), b->n);
-        }
-      },
-      seconds, how);
+  // The faster of the plain and the prefetching loop (see kStreamAhead), each measured whole.
+  const auto rate_with = [&]<bool Ahead>(std::bool_constant<Ahead>) {
+    return rate_of(
+        [&] {
+          for (auto& b : arrays) {
+            float* __restrict p = b->p.data();
+            float* __restrict m = b->m.data();
+            float* __restrict v = b->v.data();
+            if (b->g) {
+              const float* __restrict g = b->g->data();
+              stream_pass<Ahead>(b->n, [&](std::size_t i) { adam_element(p, g, m, v, i); }, p, g, m, v);
+            } else {
+              stream_pass<Ahead>(b->n, [&](std::size_t i) { rows_element(p, m, v, i); }, p, m, v);
+            }
+          }
+        },
+        seconds, how);
+  };
+  const double rate = std::max(rate_with(std::false_type{}), rate_with(std::true_type{}));
   // The measuring ranks' elements: a rank that only waited received their rate.
   return (gradient ? 28.0 : 24.0) * elements / copies * footprint * rate;
 }
@@ -534,6 +570,7 @@ struct Measured {
   MeshShape mesh;
   std::vector<double> ms;      // the timed steps, the slowest rank of each
   std::vector<double> step_ns;  // cpu_pair_ns before each timed step, and after the last
+  int untimed_steps = 0;        // steps run and not timed: the warmup, and one after each probe
   double comm_bytes = 0;       // bytes one rank sends in one step (CommStats), the most of any rank
   std::vector<nn::RowUpdate> row_updates;  // parameters a step updates in rows, inside their layer's backward
   double flops_per_rank = 0;   // matrix FLOPs of one step on one rank
@@ -555,25 +592,37 @@ using BeforeState = std::function<void(const Measured&)>;
 // Times o.steps train steps (after o.warmup) of `loss_fn` on `batch` into w.ms; w.comm_bytes
 // receives the bytes the busiest rank's collectives send in the last step (the same in every
 // step), w.row_updates the parameters that step updated in rows (StepTimes) and w.step_ns where
-// the node's CPUs ran around each timed step.
+// the node's CPUs ran around each timed step. Each probe of the CPUs (cpu_pair_ns) is followed
+// by one untimed step, then the timed one: the probe leaves the cores to its two threads while
+// the other ranks nap, and the step right after it ran slower than a step right after another
+// (on the Intel host of docs/design.md, 2 ranks at depth 1024: 3.32-3.75 ms against 3.09-3.12
+// with no probe, and 3.16-3.19 with the untimed step between, three interleaved rounds). A
+// timed step so starts as a training run's steps do, right after the one before it.
 void time_steps(const Options& o, nn::TrainState& state, const nn::Optimizer& optimizer, const nn::LossFn& loss_fn,
                 const nn::Batch& batch, nn::StepOptions options, Measured& w) {
   nn::StepTimes times;
   options.times = &times;
   w.ms.clear();
   w.step_ns.clear();
+  const std::int64_t first_step = state.step;
   for (int i = 0; i < o.warmup + o.steps; ++i) {
-    if (i >= o.warmup) w.step_ns.push_back(cpu_pair_ns());
+    const bool timed = i >= o.warmup;
+    if (timed) {
+      w.step_ns.push_back(cpu_pair_ns());
+      nn::train_step(state, optimizer, loss_fn, batch, options);  // untimed: see above
+    }
     MPI_Barrier(MPI_COMM_WORLD);
     const CommScope scope;
     const auto start = clock_type::now();
     nn::train_step(state, optimizer, loss_fn, batch, options);
     // A step ends when its slowest rank ends.
     const double t = allreduce(seconds_since(start) * 1e3, MPI_MAX);
-    if (i >= o.warmup) w.ms.push_back(t);
+    if (timed) w.ms.push_back(t);
     if (i == o.warmup + o.steps - 1) w.comm_bytes = allreduce(static_cast<double>(scope.total_bytes()), MPI_MAX);
   }
   w.step_ns.push_back(cpu_pair_ns());
+  // The steps the state took (train_step counts them) less the timed ones.
+  w.untimed_steps = static_cast<int>(state.step - first_step) - o.steps;
   w.row_updates = std::move(times.row_updates);
 }
 
@@ -1017,7 +1066,7 @@ int run(const Options& o, int world_rank, int world_size) {
     }
     std::printf(
         "{\"bench\":\"train_step\",\"model\":\"%s\",\"mesh\":\"%s\",\"ranks\":%d,\"batch\":%lld,\"layers\":%d,%s,"
-        "\"scan\":%s,\"steps\":%d,\"ms_median\":%.3f,\"ms_min\":%.3f,\"ms_max\":%.3f,\"floor_ms\":%.3f,"
+        "\"scan\":%s,\"steps\":%d,\"untimed_steps\":%d,\"ms_median\":%.3f,\"ms_min\":%.3f,\"ms_max\":%.3f,\"floor_ms\":%.3f,"
         "\"ratio\":%.3f,\"compute_floor_ms\":%.3f,\"memory_floor_ms\":%.3f,\"ranks_per_core\":%.3f,"
         "\"gflop_per_rank\":%.4f,\"mb_per_rank\":%.3f,\"strategy\":\"%s\","
         "\"params_per_rank\":%.0f,\"comm_mb_per_rank\":%.3f,\"row_updates\":%zu,\"one_pass_updates\":%zu,"
@@ -1025,7 +1074,7 @@ int run(const Options& o, int world_rank, int world_size) {
         "\"floor_ms_slower_rates\":%.3f,\"cpu_pair_ns\":%.1f,\"rate_sets\":%zu,\"steps_same_placement\":%zu,"
         "\"floor_ms_same_placement\":%s,\"ratio_same_placement\":%s}\n",
         o.model.c_str(), mesh_shape.to_string().c_str(), world_size, static_cast<long long>(o.batch), o.layers,
-        sizes, o.scan ? "true" : "false", o.steps, med,
+        sizes, o.scan ? "true" : "false", o.steps, w.untimed_steps, med,
         *std::min_element(ms.begin(), ms.end()), *std::max_element(ms.begin(), ms.end()), floor_ms, med / floor_ms,
         compute_floor_ms, memory_floor_ms, share,
         flops_per_rank / 1e9, bytes_per_rank / 1e6, o.strategy.empty() ? "mesh" : o.strategy.c_str(), w.local_params,
