@@ -388,12 +388,9 @@ double measure_copy_bandwidth(std::size_t bytes, double seconds, Measure how) {
   return 2.0 * static_cast<double>(bytes) * rate;
 }
 
-// Element i of one fused pass with the streams of Adam's update over f32 arrays: reads p, g, m,
-// v and writes p, m, v, with only the arithmetic a bandwidth-bound loop needs (no square root or
-// division).
-inline void adam_element(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v,
-                         std::size_t i) {
-  const float gi = g[i];
+// Adam's moments and step for element i, with gradient gi, with only the arithmetic a
+// bandwidth-bound loop needs (no square root or division): reads and writes p, m and v.
+inline void adam_moments(float* __restrict p, float gi, float* __restrict m, float* __restrict v, std::size_t i) {
   const float mi = 0.9f * m[i] + 0.1f * gi;
   const float vi = 0.999f * v[i] + 0.001f * gi * gi;
   m[i] = mi;
@@ -401,17 +398,18 @@ inline void adam_element(float* __restrict p, const float* __restrict g, float* 
   p[i] -= 1e-3f * (mi + vi);
 }
 
+// Element i of one fused pass with the streams of Adam's update over f32 arrays: reads p, g, m,
+// v and writes p, m, v.
+inline void adam_element(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v,
+                         std::size_t i) {
+  adam_moments(p, g[i], m, v, i);
+}
+
 // The streams of a weight updated in rows (nn::RowUpdate): its gradient never crosses memory (it
 // is computed a panel or a strip at a time, in cache), so Adam reads and writes p, m and v only,
-// 24 bytes per element, with only the arithmetic a bandwidth-bound loop needs (a gradient made
-// from p in registers; no square root or division).
+// 24 bytes per element (a gradient made from p in registers).
 inline void rows_element(float* __restrict p, float* __restrict m, float* __restrict v, std::size_t i) {
-  const float gi = 1e-3f * p[i];
-  const float mi = 0.9f * m[i] + 0.1f * gi;
-  const float vi = 0.999f * v[i] + 0.001f * gi * gi;
-  m[i] = mi;
-  v[i] = vi;
-  p[i] -= 1e-3f * (mi + vi);
+  adam_moments(p, 1e-3f * p[i], m, v, i);
 }
 
 // Each pattern runs as two loops, and its rate is the faster's: a plain loop, and the same loop a
