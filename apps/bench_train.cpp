@@ -365,6 +365,7 @@ class MappedArray {
   MappedArray(const MappedArray&) = delete;
   MappedArray& operator=(const MappedArray&) = delete;
   T* data() { return data_; }
+  std::size_t size() const { return n_; }
   T& operator[](std::size_t i) { return data_[i]; }
 
  private:
@@ -440,6 +441,33 @@ void stream_pass(std::size_t n, Element&& element, const Streams*... streams) {
   for (; i < n; ++i) element(i);
 }
 
+// One read of a block's n values, their sum (so that the reads are observable): four vectors of
+// a cache line each at a time, in four sums (a read-only loop bound by one sum's add latency reads
+// slower than memory gives), as a plain loop or (Ahead) with each line prefetched kStreamAhead
+// elements ahead, as stream_pass does. The pattern of the forward's product, which reads each
+// weight once and writes only its few rows of output.
+template <bool Ahead>
+float read_pass(const float* __restrict p, std::size_t n) {
+  using Line = float __attribute__((vector_size(kLineElements * sizeof(float))));
+  constexpr std::size_t kLines = 4;
+  Line sums[kLines] = {};
+  std::size_t i = 0;
+  for (; i + kLines * kLineElements <= n; i += kLines * kLineElements) {
+    for (std::size_t q = 0; q < kLines; ++q) {
+      if constexpr (Ahead) __builtin_prefetch(p + std::min(i + q * kLineElements + kStreamAhead, n - 1), 0, 3);
+      Line line;
+      std::memcpy(&line, p + i + q * kLineElements, sizeof line);
+      sums[q] += line;
+    }
+  }
+  float sum = 0;
+  for (; i < n; ++i) sum += p[i];
+  for (const Line& line : sums) {
+    for (std::size_t lane = 0; lane < kLineElements; ++lane) sum += line[lane];
+  }
+  return sum;
+}
+
 // Bytes per second per rank of Adam's streams over blocks of the sizes of the rank's parameter
 // blocks, each block's arrays apart and the blocks one after the other, as the optimizer updates
 // the parameters one at a time (nn/optim.cpp): with `gradient`, adam_stream's four (28 bytes per
@@ -487,11 +515,56 @@ int footprint_copies(const std::vector<std::int64_t>& blocks, double bytes_per_e
 // The copies of each stream measurement (footprint_copies), the same for every rank and both
 // measurements of a run: found once, with the first. Collective.
 struct Footprints {
-  int adam_alone = 1, adam_all = 1, rows_alone = 1, rows_all = 1;
+  int adam_alone = 1, adam_all = 1, rows_alone = 1, rows_all = 1, read_alone = 1, read_all = 1;
 };
 Footprints footprints(const std::vector<std::int64_t>& blocks) {
   return {footprint_copies(blocks, 16.0, Measure::alone), footprint_copies(blocks, 16.0, Measure::all_at_once),
-          footprint_copies(blocks, 12.0, Measure::alone), footprint_copies(blocks, 12.0, Measure::all_at_once)};
+          footprint_copies(blocks, 12.0, Measure::alone), footprint_copies(blocks, 12.0, Measure::all_at_once),
+          footprint_copies(blocks, 4.0, Measure::alone),  footprint_copies(blocks, 4.0, Measure::all_at_once)};
+}
+
+// Bytes per second per rank of one read of each of the rank's parameter blocks, one after the
+// other (read_stream: 4 bytes per element, nothing written), `footprint` copies of them on the
+// ranks that measure: the pattern of the forward's product, which reads each weight once from
+// memory or the L3 (docs/design.md, "Performance model"). Its footprint is the weights' alone, a
+// third of what the step streams between two reads of a weight (the weights and both moments),
+// so caches help it at least as much as they help the forward. The faster of read_pass's plain
+// and prefetching loops. Until 2026-11-27 (thirteenth session) the floor charged the forward's
+// reads at the copy's or Adam's rate, reads and writes counted together: on the Intel host of
+// docs/design.md one rank reads 1 GiB at 14.6 GB/s (a scratch program, 2 MiB pages) and streams
+// Adam's rows pattern at 28.6 GB/s of which 14.3 are reads, so the forward of B8 L8 D4096 was
+// charged 40 ms for reads that take 73 at the fastest.
+double measure_read_bandwidth(const std::vector<std::int64_t>& blocks, int footprint, double seconds, Measure how) {
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  const NodeShape& node = node_shape();
+  const bool measures = how == Measure::alone ? world_rank == 0 : node.rank < node.running();
+  const int copies = measures ? footprint : 1;
+  std::vector<std::unique_ptr<MappedArray<float>>> arrays;
+  double elements = 0;
+  for (int copy = 0; copy < copies; ++copy) {
+    for (std::int64_t size : blocks) {
+      if (size < 1) continue;
+      arrays.push_back(std::make_unique<MappedArray<float>>(static_cast<std::size_t>(size), 1.0f));
+      elements += static_cast<double>(size);
+    }
+  }
+  if (arrays.empty()) {
+    arrays.push_back(std::make_unique<MappedArray<float>>(1, 1.0f));
+    elements = 1;
+  }
+  volatile float sink = 0;
+  const auto rate_with = [&]<bool Ahead>(std::bool_constant<Ahead>) {
+    return rate_of(
+        [&] {
+          float sum = 0;
+          for (auto& a : arrays) sum += read_pass<Ahead>(a->data(), a->size());
+          sink = sink + sum;
+        },
+        seconds, how);
+  };
+  const double rate = std::max(rate_with(std::false_type{}), rate_with(std::true_type{}));
+  return 4.0 * elements / copies * footprint * rate;
 }
 
 double measure_stream_bandwidth(const std::vector<std::int64_t>& blocks, bool gradient, int footprint,
@@ -785,9 +858,10 @@ struct FloorRates {
   GemmRates whole;  // the same products on the whole batch's rows (the MLP), else `rates`
   double copy_alone = 0, stream_alone = 0, copy_all = 0, stream_all = 0;
   double rows_alone = 0, rows_all = 0;  // rows_stream's
+  double read_alone = 0, read_all = 0;  // read_stream's
   // Where the node's CPUs ran while each all-at-once rate was measured: every core streams, so
   // those rates follow the placement (a rank alone streams as fast on either).
-  Placement copy_all_at, stream_all_at, rows_all_at;
+  Placement copy_all_at, stream_all_at, rows_all_at, read_all_at;
 };
 
 // The all-at-once bandwidths, each between two probes of the CPUs' placement (one probe between
@@ -809,6 +883,9 @@ void measure_all_at_once(const Options& o, const Measured& w, const Footprints& 
   f.rows_all = placed(f.rows_all_at, [&] {
     return measure_stream_bandwidth(w.local_blocks, false, copies.rows_all, secs, Measure::all_at_once);
   });
+  f.read_all = placed(f.read_all_at, [&] {
+    return measure_read_bandwidth(w.local_blocks, copies.read_all, secs, Measure::all_at_once);
+  });
 }
 
 // Collective: every rank measures (rank 0 alone, or all at once) and receives the rates.
@@ -825,6 +902,7 @@ FloorRates measure_floor_rates(const Options& o, const Measured& w, const Footpr
   f.copy_alone = measure_copy_bandwidth(copy_bytes, secs, Measure::alone);
   f.stream_alone = measure_stream_bandwidth(w.local_blocks, true, copies.adam_alone, secs, Measure::alone);
   f.rows_alone = measure_stream_bandwidth(w.local_blocks, false, copies.rows_alone, secs, Measure::alone);
+  f.read_alone = measure_read_bandwidth(w.local_blocks, copies.read_alone, secs, Measure::alone);
   measure_all_at_once(o, w, copies, f);
   return f;
 }
@@ -843,7 +921,10 @@ FloorRates pick_rates(const FloorRates& a, const FloorRates& b, Pick pick) {
           pick(a.stream_all, b.stream_all),
           pick(a.rows_alone, b.rows_alone),
           pick(a.rows_all, b.rows_all),
+          pick(a.read_alone, b.read_alone),
+          pick(a.read_all, b.read_all),
           {},  // a rate picked from two measurements has no one placement
+          {},
           {},
           {}};
 }
@@ -857,8 +938,8 @@ FloorRates slower(const FloorRates& a, const FloorRates& b) {
 // Each all-at-once rate at its fastest among the measurements whose probes, before and after,
 // both saw the placement `ns`; 0 where none did.
 struct PlacedRates {
-  double copy_all = 0, stream_all = 0, rows_all = 0;
-  bool complete() const { return copy_all > 0 && stream_all > 0 && rows_all > 0; }
+  double copy_all = 0, stream_all = 0, rows_all = 0, read_all = 0;
+  bool complete() const { return copy_all > 0 && stream_all > 0 && rows_all > 0 && read_all > 0; }
 };
 PlacedRates rates_placed(const std::vector<FloorRates>& sets, double ns, const Placements& seen) {
   PlacedRates r;
@@ -866,6 +947,7 @@ PlacedRates rates_placed(const std::vector<FloorRates>& sets, double ns, const P
     if (f.copy_all_at.in(ns, seen)) r.copy_all = std::max(r.copy_all, f.copy_all);
     if (f.stream_all_at.in(ns, seen)) r.stream_all = std::max(r.stream_all, f.stream_all);
     if (f.rows_all_at.in(ns, seen)) r.rows_all = std::max(r.rows_all, f.rows_all);
+    if (f.read_all_at.in(ns, seen)) r.read_all = std::max(r.read_all, f.read_all);
   }
   return r;
 }
@@ -874,7 +956,7 @@ PlacedRates rates_placed(const std::vector<FloorRates>& sets, double ns, const P
 Placements placements_seen(const std::vector<double>& step_ns, const std::vector<FloorRates>& sets) {
   std::vector<double> probes = step_ns;
   for (const FloorRates& f : sets) {
-    for (const Placement* at : {&f.copy_all_at, &f.stream_all_at, &f.rows_all_at}) {
+    for (const Placement* at : {&f.copy_all_at, &f.stream_all_at, &f.rows_all_at, &f.read_all_at}) {
       probes.push_back(at->before);
       probes.push_back(at->after);
     }
@@ -908,28 +990,33 @@ Floor floor_at(const FloorRates& f, const Measured& w, double bytes_per_rank, do
   // (RowUpdate::one_pass) streams Adam's state (24 bytes a parameter: no gradient crosses memory)
   // while it computes them: that pass is charged the longer of its products and its streams
   // (docs/design.md, "Performance model").
-  double row_overlap = 0, row_params = 0;
+  double row_overlap = 0, own_row_params = 0;
   for (const nn::RowUpdate& u : w.row_updates) {
     const double elements = static_cast<double>(u.elements);
-    row_params += elements;
+    own_row_params += elements;
     row_overlap += u.one_pass
                        ? std::min((u.input_grad_flops + u.weight_grad_flops) / gemm_rate, 24.0 * elements / rows_alone)
                        : std::min(u.input_grad_flops / gemm_rate, 4.0 * elements / bw_alone);
   }
   row_overlap = allreduce(row_overlap, MPI_MAX);
-  row_params = allreduce(row_params, MPI_MAX);
+  const double row_params = allreduce(own_row_params, MPI_MAX);
+  // The other 4 bytes of a weight updated in rows are its forward product's read of it: nothing
+  // written, charged at read_stream's rate (a read-only pass over the rank's weights).
   // The forward's product reads its weight from memory while it computes (skinny_rows prefetches
   // the next panel into L2 as it goes): each weight's read and its forward FLOPs are one pass,
   // charged the longer of the two. Both scale with the weight's block (its share of the forward
-  // FLOPs is its share of the parameters), so the sum over the weights is one minimum.
-  const double forward_overlap =
-      allreduce(std::min(w.forward_flops_per_rank / gemm_rate, 4.0 * w.local_params / bw_alone), MPI_MAX);
-  const double row_bytes = 24.0 * row_params, other_bytes = bytes_per_rank - row_bytes;
+  // FLOPs is its share of the parameters), so the sum over the weights is one minimum; the read of
+  // a weight not updated in rows is charged at the bandwidth, as its 28 bytes are.
+  const double forward_read =
+      4.0 * own_row_params / f.read_alone + 4.0 * (static_cast<double>(w.local_params) - own_row_params) / bw_alone;
+  const double forward_overlap = allreduce(std::min(w.forward_flops_per_rank / gemm_rate, forward_read), MPI_MAX);
+  const double row_bytes = 24.0 * row_params, read_bytes = 4.0 * row_params;
+  const double other_bytes = bytes_per_rank - row_bytes - read_bytes;
   Floor out;
-  out.compute_ms =
-      1e3 * share *
-      (w.flops_per_rank / gemm_rate + other_bytes / bw_alone + row_bytes / rows_alone - row_overlap - forward_overlap);
-  out.memory_ms = 1e3 * (other_bytes / bw_all + row_bytes / rows_all);
+  out.compute_ms = 1e3 * share *
+                   (w.flops_per_rank / gemm_rate + other_bytes / bw_alone + read_bytes / f.read_alone +
+                    row_bytes / rows_alone - row_overlap - forward_overlap);
+  out.memory_ms = 1e3 * (other_bytes / bw_all + read_bytes / f.read_all + row_bytes / rows_all);
   out.row_overlap_ms = 1e3 * row_overlap;
   out.forward_overlap_ms = 1e3 * forward_overlap;
   out.row_params = row_params;
@@ -1013,6 +1100,7 @@ int run(const Options& o, int world_rank, int world_size) {
     g.copy_all = placed.copy_all;
     g.stream_all = placed.stream_all;
     g.rows_all = placed.rows_all;
+    g.read_all = placed.read_all;
     placed_floor_ms = floor_at(g, w, bytes_per_rank, share).ms();
     if (!placed_ms.empty()) placed_ratio = median(placed_ms) / placed_floor_ms;
   }
@@ -1054,6 +1142,11 @@ int run(const Options& o, int world_rank, int world_size) {
         "\"footprint_mib_per_rank\":%.3f,\"footprint_mib_alone\":%.3f,\"gb_per_s_per_rank_same_placement\":%s}\n",
         world_size, static_cast<long long>(w.local_params), f.rows_all / 1e9, f.rows_alone / 1e9,
         footprint_mib(12, copies.rows_all), footprint_mib(12, copies.rows_alone), gbps_placed(placed.rows_all).c_str());
+    std::printf(
+        "{\"bench\":\"read_stream\",\"ranks\":%d,\"elements\":%lld,\"gb_per_s_per_rank\":%.3f,\"gb_per_s_alone\":%.3f,"
+        "\"footprint_mib_per_rank\":%.3f,\"footprint_mib_alone\":%.3f,\"gb_per_s_per_rank_same_placement\":%s}\n",
+        world_size, static_cast<long long>(w.local_params), f.read_all / 1e9, f.read_alone / 1e9,
+        footprint_mib(4, copies.read_all), footprint_mib(4, copies.read_alone), gbps_placed(placed.read_all).c_str());
     char sizes[160];
     if (o.model == "mlp") {
       std::snprintf(sizes, sizeof sizes, "\"depth\":%lld", static_cast<long long>(o.depth));

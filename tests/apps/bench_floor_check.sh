@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # bench_floor_check.sh COMMAND...: COMMAND (bench_train under mpirun, all ranks on this machine)
-# prints its gemm, copy, adam_stream, rows_stream and train_step lines, and the step's floor is
-# the one docs/design.md defines:
+# prints its gemm, copy, adam_stream, rows_stream, read_stream and train_step lines, and the
+# step's floor is the one docs/design.md defines:
 #   compute_floor_ms = 1e3 * max(1, ranks_per_core)
 #                      * (gflop_per_rank / gemm rate + other MB * 1e-3 / bandwidth alone
+#                         + read MB * 1e-3 / read bandwidth alone
 #                         + row MB * 1e-3 / rows bandwidth alone - row_overlap_ms * 1e-3
 #                         - forward_overlap_ms * 1e-3)
-#   memory_floor_ms  = 1e3 * (other MB * 1e-3 / bandwidth per rank + row MB * 1e-3 / rows bandwidth per rank)
+#   memory_floor_ms  = 1e3 * (other MB * 1e-3 / bandwidth per rank + read MB * 1e-3 / read bandwidth per rank
+#                             + row MB * 1e-3 / rows bandwidth per rank)
 #   floor_ms = max(compute_floor_ms, memory_floor_ms)
 # where row MB = 24 bytes x row_params_per_rank (a weight updated in rows streams p, m and v
-# only), other MB = mb_per_rank - row MB, the bandwidth max(copy, adam_stream) and the rows
-# bandwidth max(copy, adam_stream, rows_stream), each alone (rank 0 by itself) or per rank (all at
-# once); and floor_ms_slower_rates (the same floor at the slower of each rate's two
-# measurements) is not below floor_ms,
+# only), read MB = 4 bytes x row_params_per_rank (the forward's read of those weights), other
+# MB = mb_per_rank - row MB - read MB, the bandwidth max(copy, adam_stream), the rows bandwidth
+# max(copy, adam_stream, rows_stream) and the read bandwidth read_stream's, each alone (rank 0 by
+# itself) or per rank (all at once); and floor_ms_slower_rates (the same floor at the slower of
+# each rate's two measurements) is not below floor_ms,
 # with each stream measured over its footprint (footprint_mib_alone, footprint_mib_per_rank): the
 # rank's blocks copied ceil(ranks / measuring ranks) times, at most 256 MiB unless one copy is more,
 # with the gemm rate the fastest of the MLP's three products measured on one rank alone
@@ -32,7 +35,7 @@
 # or none (one_pass_updates = 0), a weight read once for its input gradient and Adam's update:
 #   row_overlap_ms = 1e3 * (2 x layers - 1) * min(matmul FLOPs / gemm rate, 4 bytes x block / bandwidth alone)
 # and every weight's forward product reads it as it computes:
-#   forward_overlap_ms = 1e3 * 2 x layers * min(matmul FLOPs / gemm rate, 4 bytes x block / bandwidth alone)
+#   forward_overlap_ms = 1e3 * 2 x layers * min(matmul FLOPs / gemm rate, 4 bytes x block / read bandwidth alone)
 # And the floor of the steps' placement of the CPUs (cpu_pair_ns, the median of the probes around
 # the steps; 0 where rank 0 is bound to one CPU): floor_ms_same_placement is the same floor with
 # each per-rank bandwidth replaced by gb_per_s_per_rank_same_placement (the fastest measurement
@@ -50,17 +53,18 @@ for line in sys.argv[1].splitlines():
     if line.startswith("{"):
         d = json.loads(line)
         lines[d["bench"]] = d
-for name in ("gemm", "copy", "adam_stream", "rows_stream", "train_step"):
+names = ("gemm", "copy", "adam_stream", "rows_stream", "read_stream", "train_step")
+for name in names:
     assert name in lines, f"no {name} line"
-gemm, copy, stream, rows, step = (lines[name] for name in ("gemm", "copy", "adam_stream", "rows_stream", "train_step"))
-for s in (stream, rows):
+gemm, copy, stream, rows, read, step = (lines[name] for name in names)
+for s in (stream, rows, read):
     assert s["gb_per_s_per_rank"] > 0 and s["gb_per_s_alone"] > 0 and s["elements"] == step["params_per_rank"], s
 assert copy["gb_per_s_alone"] > 0, copy
 # Each stream measurement streams the rank's blocks as many times over as makes the measuring
 # ranks' arrays the node's (rank 0 alone: all ranks'; at once: all ranks' over the CPUs), at
 # most 256 MiB a rank unless one copy is larger (every rank of these tests is on this machine).
 cpus = len(os.sched_getaffinity(0))
-for s, bpe in ((stream, 16), (rows, 12)):
+for s, bpe in ((stream, 16), (rows, 12), (read, 4)):
     own = bpe * s["elements"] / 2**20
     for key, measuring in (("footprint_mib_alone", 1), ("footprint_mib_per_rank", min(s["ranks"], cpus))):
         copies = max(1, min(math.ceil(s["ranks"] / measuring), math.floor(256 / own)))
@@ -69,6 +73,7 @@ bw_all = max(copy["gb_per_s_per_rank"], stream["gb_per_s_per_rank"])
 bw_alone = max(copy["gb_per_s_alone"], stream["gb_per_s_alone"])
 rows_all = max(bw_all, rows["gb_per_s_per_rank"])
 rows_alone = max(bw_alone, rows["gb_per_s_alone"])
+read_all, read_alone = read["gb_per_s_per_rank"], read["gb_per_s_alone"]
 rates = [gemm["gflops_per_rank"], gemm["input_grad_gflops_per_rank"], gemm["weight_grad_gflops_per_rank"]]
 assert min(rates) > 0, gemm
 assert gemm["whole_batch_m"] >= gemm["m"] and gemm["whole_batch_gflops"] > 0, gemm
@@ -89,13 +94,15 @@ else:
     overlap = 1e3 * (2 * layers - 1) * min(matmul_gflop / max(rates), 4 * block * 1e-9 / bw_alone)
 assert overlap > 0 and abs(step["row_overlap_ms"] - overlap) <= 1e-2 * overlap + 1e-3, (step["row_overlap_ms"], overlap)
 # Each weight's forward product and its read of the weight are one pass, charged the longer.
-forward = 1e3 * 2 * layers * min(matmul_gflop / max(rates), 4 * block * 1e-9 / bw_alone)
+forward = 1e3 * 2 * layers * min(matmul_gflop / max(rates), 4 * block * 1e-9 / read_alone)
 assert forward > 0 and abs(step["forward_overlap_ms"] - forward) <= 1e-2 * forward + 1e-3, (step["forward_overlap_ms"], forward)
 row_mb = 24 * step["row_params_per_rank"] * 1e-6
-other_mb = step["mb_per_rank"] - row_mb
+read_mb = 4 * step["row_params_per_rank"] * 1e-6
+other_mb = step["mb_per_rank"] - row_mb - read_mb
 compute = 1e3 * max(1.0, share) * (step["gflop_per_rank"] / max(rates) + other_mb * 1e-3 / bw_alone
-                                   + row_mb * 1e-3 / rows_alone - overlap * 1e-3 - forward * 1e-3)
-memory = 1e3 * (other_mb * 1e-3 / bw_all + row_mb * 1e-3 / rows_all)
+                                   + read_mb * 1e-3 / read_alone + row_mb * 1e-3 / rows_alone
+                                   - overlap * 1e-3 - forward * 1e-3)
+memory = 1e3 * (other_mb * 1e-3 / bw_all + read_mb * 1e-3 / read_all + row_mb * 1e-3 / rows_all)
 for name, want in (("compute_floor_ms", compute), ("memory_floor_ms", memory), ("floor_ms", max(compute, memory))):
     assert abs(want - step[name]) <= 1e-2 * want, (name, want, step[name])  # printed to 3-4 digits
 floor = max(compute, memory)
@@ -104,21 +111,21 @@ assert abs(step["ms_median"] / step["floor_ms"] - step["ratio"]) <= 1e-2 * step[
 assert step["floor_ms_slower_rates"] >= step["floor_ms"] * (1 - 1e-2), step
 # The floor of the steps' placement.
 placed = [copy["gb_per_s_per_rank_same_placement"], stream["gb_per_s_per_rank_same_placement"],
-          rows["gb_per_s_per_rank_same_placement"]]
+          rows["gb_per_s_per_rank_same_placement"], read["gb_per_s_per_rank_same_placement"]]
 assert 0 <= step["steps_same_placement"] <= step["steps"] and 2 <= step["rate_sets"] <= 6, step
 if step["cpu_pair_ns"] == 0:
-    assert placed == [None] * 3 and step["rate_sets"] == 2 and step["steps_same_placement"] == 0, (placed, step)
+    assert placed == [None] * 4 and step["rate_sets"] == 2 and step["steps_same_placement"] == 0, (placed, step)
 else:
     assert step["cpu_pair_ns"] > 0, step
 if step["floor_ms_same_placement"] is None:
     assert None in placed and step["ratio_same_placement"] is None, (placed, step)
     assert step["cpu_pair_ns"] == 0 or step["rate_sets"] == 6, step
 else:
-    for line, rate in zip((copy, stream, rows), placed):
+    for line, rate in zip((copy, stream, rows, read), placed):
         assert rate is not None and 0 < rate <= line["gb_per_s_per_rank"] * (1 + 1e-3), (line, rate)
     bw_all_p = max(placed[0], placed[1])
     rows_all_p = max(bw_all_p, placed[2])
-    memory_p = 1e3 * (other_mb * 1e-3 / bw_all_p + row_mb * 1e-3 / rows_all_p)
+    memory_p = 1e3 * (other_mb * 1e-3 / bw_all_p + read_mb * 1e-3 / placed[3] + row_mb * 1e-3 / rows_all_p)
     floor_p = max(compute, memory_p)
     assert abs(step["floor_ms_same_placement"] - floor_p) <= 1e-2 * floor_p, (step["floor_ms_same_placement"], floor_p)
     assert step["floor_ms_same_placement"] >= step["floor_ms"] * (1 - 1e-2), step
