@@ -531,9 +531,9 @@ Footprints footprints(const std::vector<std::int64_t>& blocks) {
 // so caches help it at least as much as they help the forward. The faster of read_pass's plain
 // and prefetching loops. Until 2026-11-27 (thirteenth session) the floor charged the forward's
 // reads at the copy's or Adam's rate, reads and writes counted together: on the Intel host of
-// docs/design.md one rank reads 1 GiB at 14.6 GB/s (a scratch program, 2 MiB pages) and streams
-// Adam's rows pattern at 28.6 GB/s of which 14.3 are reads, so the forward of B8 L8 D4096 was
-// charged 40 ms for reads that take 73 at the fastest.
+// docs/design.md one rank reads 1 GiB at 14.6 GB/s (a scratch program, 2 MiB pages; 16.7-16.9
+// here) and streams Adam's rows pattern at 28.6 GB/s of which 14.3 are reads, so the forward of
+// B8 L8 D4096 on one rank was charged 40 ms for reads that take 63-73.
 double measure_read_bandwidth(const std::vector<std::int64_t>& blocks, int footprint, double seconds, Measure how) {
   int world_rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
