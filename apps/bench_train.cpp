@@ -534,41 +534,14 @@ Footprints footprints(const std::vector<std::int64_t>& blocks) {
 // docs/design.md one rank reads 1 GiB at 14.6 GB/s (a scratch program, 2 MiB pages; 16.7-16.9
 // here) and streams Adam's rows pattern at 28.6 GB/s of which 14.3 are reads, so the forward of
 // B8 L8 D4096 on one rank was charged 40 ms for reads that take 63-73.
-double measure_read_bandwidth(const std::vector<std::int64_t>& blocks, int footprint, double seconds, Measure how) {
-  int world_rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-  const NodeShape& node = node_shape();
-  const bool measures = how == Measure::alone ? world_rank == 0 : node.rank < node.running();
-  const int copies = measures ? footprint : 1;
-  std::vector<std::unique_ptr<MappedArray<float>>> arrays;
-  double elements = 0;
-  for (int copy = 0; copy < copies; ++copy) {
-    for (std::int64_t size : blocks) {
-      if (size < 1) continue;
-      arrays.push_back(std::make_unique<MappedArray<float>>(static_cast<std::size_t>(size), 1.0f));
-      elements += static_cast<double>(size);
-    }
-  }
-  if (arrays.empty()) {
-    arrays.push_back(std::make_unique<MappedArray<float>>(1, 1.0f));
-    elements = 1;
-  }
-  volatile float sink = 0;
-  const auto rate_with = [&]<bool Ahead>(std::bool_constant<Ahead>) {
-    return rate_of(
-        [&] {
-          float sum = 0;
-          for (auto& a : arrays) sum += read_pass<Ahead>(a->data(), a->size());
-          sink = sink + sum;
-        },
-        seconds, how);
-  };
-  const double rate = std::max(rate_with(std::false_type{}), rate_with(std::true_type{}));
-  return 4.0 * elements / copies * footprint * rate;
-}
-
-double measure_stream_bandwidth(const std::vector<std::int64_t>& blocks, bool gradient, int footprint,
-                                double seconds, Measure how) {
+// Bytes per second per rank of `pass` over `footprint` copies of the rank's blocks on the ranks
+// that measure (one copy elsewhere): make(n) allocates a block of n elements, and pass(ahead,
+// blocks) runs the pattern once over them, as a plain loop or (ahead) a prefetching one. The
+// rate is the faster loop's, each measured whole (see kStreamAhead), and `bytes_per_element`
+// what the pattern moves per element. Collective (rate_of).
+template <class Make, class Pass>
+double measure_pattern(const std::vector<std::int64_t>& blocks, double bytes_per_element, int footprint,
+                       double seconds, Measure how, Make&& make, Pass&& pass) {
   // Ranks that only wait (every rank but 0 alone, a node's ranks past its CPUs at once) need no
   // more than one copy.
   int world_rank = 0;
@@ -576,6 +549,49 @@ double measure_stream_bandwidth(const std::vector<std::int64_t>& blocks, bool gr
   const NodeShape& node = node_shape();
   const bool measures = how == Measure::alone ? world_rank == 0 : node.rank < node.running();
   const int copies = measures ? footprint : 1;
+  std::vector<decltype(make(std::size_t{1}))> arrays;
+  double elements = 0;
+  for (int copy = 0; copy < copies; ++copy) {
+    for (std::int64_t size : blocks) {
+      if (size < 1) continue;
+      arrays.push_back(make(static_cast<std::size_t>(size)));
+      elements += static_cast<double>(size);
+    }
+  }
+  if (arrays.empty()) {
+    arrays.push_back(make(1));
+    elements = 1;
+  }
+  const auto rate_with = [&](auto ahead) { return rate_of([&] { pass(ahead, arrays); }, seconds, how); };
+  const double rate = std::max(rate_with(std::false_type{}), rate_with(std::true_type{}));
+  // The measuring ranks' elements: a rank that only waited received their rate.
+  return bytes_per_element * elements / copies * footprint * rate;
+}
+
+// Bytes per second per rank of one read of each of the rank's parameter blocks, one after the
+// other (read_stream: 4 bytes per element, nothing written), `footprint` copies of them on the
+// ranks that measure: the pattern of the forward's product, which reads each weight once from
+// memory or the L3 (docs/design.md, "Performance model"). Its footprint is the weights' alone, a
+// third of what the step streams between two reads of a weight (the weights and both moments),
+// so caches help it at least as much as they help the forward. The faster of read_pass's plain
+// and prefetching loops. Until 2026-11-27 (thirteenth session) the floor charged the forward's
+// reads at the copy's or Adam's rate, reads and writes counted together: on the Intel host of
+// docs/design.md one rank reads 1 GiB at 14.6 GB/s (a scratch program, 2 MiB pages; 16.7-16.9
+// here) and streams Adam's rows pattern at 28.6 GB/s of which 14.3 are reads, so the forward of
+// B8 L8 D4096 on one rank was charged 40 ms for reads that take 63-73.
+double measure_read_bandwidth(const std::vector<std::int64_t>& blocks, int footprint, double seconds, Measure how) {
+  volatile float sink = 0;
+  return measure_pattern(
+      blocks, 4.0, footprint, seconds, how, [](std::size_t n) { return std::make_unique<MappedArray<float>>(n, 1.0f); },
+      [&]<bool Ahead>(std::bool_constant<Ahead>, auto& arrays) {
+        float sum = 0;
+        for (auto& a : arrays) sum += read_pass<Ahead>(a->data(), a->size());
+        sink = sink + sum;
+      });
+}
+
+double measure_stream_bandwidth(const std::vector<std::int64_t>& blocks, bool gradient, int footprint,
+                                double seconds, Measure how) {
   struct Block {
     MappedArray<float> p, m, v;
     std::unique_ptr<MappedArray<float>> g;  // with `gradient` only
@@ -584,40 +600,22 @@ double measure_stream_bandwidth(const std::vector<std::int64_t>& blocks, bool gr
         : p(size, 1.0f), m(size, 0.0f), v(size, 0.0f),
           g(gradient ? std::make_unique<MappedArray<float>>(size, 0.5f) : nullptr), n(size) {}
   };
-  std::vector<std::unique_ptr<Block>> arrays;
-  double elements = 0;
-  for (int copy = 0; copy < copies; ++copy) {
-    for (std::int64_t size : blocks) {
-      if (size < 1) continue;
-      arrays.push_back(std::make_unique<Block>(static_cast<std::size_t>(size), gradient));
-      elements += static_cast<double>(size);
-    }
-  }
-  if (arrays.empty()) {
-    arrays.push_back(std::make_unique<Block>(1, gradient));
-    elements = 1;
-  }
-  // The faster of the plain and the prefetching loop (see kStreamAhead), each measured whole.
-  const auto rate_with = [&]<bool Ahead>(std::bool_constant<Ahead>) {
-    return rate_of(
-        [&] {
-          for (auto& b : arrays) {
-            float* __restrict p = b->p.data();
-            float* __restrict m = b->m.data();
-            float* __restrict v = b->v.data();
-            if (b->g) {
-              const float* __restrict g = b->g->data();
-              stream_pass<Ahead>(b->n, [&](std::size_t i) { adam_element(p, g, m, v, i); }, p, g, m, v);
-            } else {
-              stream_pass<Ahead>(b->n, [&](std::size_t i) { rows_element(p, m, v, i); }, p, m, v);
-            }
+  return measure_pattern(
+      blocks, gradient ? 28.0 : 24.0, footprint, seconds, how,
+      [&](std::size_t n) { return std::make_unique<Block>(n, gradient); },
+      [&]<bool Ahead>(std::bool_constant<Ahead>, auto& arrays) {
+        for (auto& b : arrays) {
+          float* __restrict p = b->p.data();
+          float* __restrict m = b->m.data();
+          float* __restrict v = b->v.data();
+          if (b->g) {
+            const float* __restrict g = b->g->data();
+            stream_pass<Ahead>(b->n, [&](std::size_t i) { adam_element(p, g, m, v, i); }, p, g, m, v);
+          } else {
+            stream_pass<Ahead>(b->n, [&](std::size_t i) { rows_element(p, m, v, i); }, p, m, v);
           }
-        },
-        seconds, how);
-  };
-  const double rate = std::max(rate_with(std::false_type{}), rate_with(std::true_type{}));
-  // The measuring ranks' elements: a rank that only waited received their rate.
-  return (gradient ? 28.0 : 24.0) * elements / copies * footprint * rate;
+        }
+      });
 }
 
 struct Options {
