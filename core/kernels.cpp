@@ -109,6 +109,46 @@ class ScratchBlocking : public Eigen::internal::level3_blocking<T, T> {
   }
 };
 
+#if defined(__AVX512F__)
+// Eigen's gemm_pack_rhs for a row-major f32 block (element (k, j) at in[k * ld + j]) and nr = 4:
+// the same bytes (panels of 4 columns, each depth rows of 4 values, then the columns past the last
+// panel one at a time), written from 16 columns of 4 rows at a time. Eigen's loop reads one
+// 16-byte piece of a row per row and panel, so each row's cache line is read once per panel;
+// rows 1 or 4 KiB apart fall in a few sets of L1, which then holds fewer of them than a panel
+// spans. Here each 64-byte piece of a row is read once and the 4 x 4 blocks of 4 values are
+// transposed in registers.
+void pack_rhs_rows(float* __restrict out, const float* __restrict in, Eigen::Index ld, Eigen::Index depth,
+                   Eigen::Index cols) {
+  using Index = Eigen::Index;
+  const Index cols4 = cols / 4 * 4, cols16 = cols / 16 * 16;
+  Index j = 0;
+  for (; j < cols16; j += 16) {
+    float* o = out + j * depth;  // panel j / 4 starts at (j / 4) * 4 * depth
+    const Index panel = 4 * depth;
+    Index k = 0;
+    for (; k + 4 <= depth; k += 4) {
+      const __m512 r0 = _mm512_loadu_ps(in + k * ld + j), r1 = _mm512_loadu_ps(in + (k + 1) * ld + j);
+      const __m512 r2 = _mm512_loadu_ps(in + (k + 2) * ld + j), r3 = _mm512_loadu_ps(in + (k + 3) * ld + j);
+      const __m512 t0 = _mm512_shuffle_f32x4(r0, r1, 0x44), t1 = _mm512_shuffle_f32x4(r0, r1, 0xEE);
+      const __m512 t2 = _mm512_shuffle_f32x4(r2, r3, 0x44), t3 = _mm512_shuffle_f32x4(r2, r3, 0xEE);
+      _mm512_storeu_ps(o + 4 * k, _mm512_shuffle_f32x4(t0, t2, 0x88));
+      _mm512_storeu_ps(o + panel + 4 * k, _mm512_shuffle_f32x4(t0, t2, 0xDD));
+      _mm512_storeu_ps(o + 2 * panel + 4 * k, _mm512_shuffle_f32x4(t1, t3, 0x88));
+      _mm512_storeu_ps(o + 3 * panel + 4 * k, _mm512_shuffle_f32x4(t1, t3, 0xDD));
+    }
+    for (; k < depth; ++k) {
+      for (Index p = 0; p < 4; ++p) _mm_storeu_ps(o + p * panel + 4 * k, _mm_loadu_ps(in + k * ld + j + 4 * p));
+    }
+  }
+  for (; j < cols4; j += 4) {
+    for (Index k = 0; k < depth; ++k) _mm_storeu_ps(out + j * depth + 4 * k, _mm_loadu_ps(in + k * ld + j));
+  }
+  for (; j < cols; ++j) {
+    for (Index k = 0; k < depth; ++k) out[j * depth + k] = in[k * ld + j];
+  }
+}
+#endif
+
 // C[m, n] (row-major) += op(A) op(B) through Eigen's GEMM with the blocks of ScratchBlocking: the
 // same kernel, blocking and order of operations as `C.noalias() += op(A) * op(B)` where that
 // takes its GEMM path (not for a vector side or a sum of sides under 20, which keep Eigen's own
@@ -169,7 +209,17 @@ void gemm_strided(const T* pa, Eigen::Index lda, const T* pb, Eigen::Index ldb, 
       pack_lhs(block_a, lhs.getSubMapper(i2, k2), actual_kc, actual_mc);
       for (Index j2 = 0; j2 < cols; j2 += nc) {
         const Index actual_nc = std::min(j2 + nc, cols) - j2;
-        if (!pack_rhs_once || i2 == 0) pack_rhs(block_b, rhs.getSubMapper(k2, j2), actual_kc, actual_nc);
+        if (!pack_rhs_once || i2 == 0) {
+#if defined(__AVX512F__)
+          if constexpr (std::is_same_v<T, float> && kRhsOrder == Eigen::RowMajor && Traits::nr == 4) {
+            pack_rhs_rows(block_b, pa + k2 * lda + j2, lda, actual_kc, actual_nc);
+          } else {
+            pack_rhs(block_b, rhs.getSubMapper(k2, j2), actual_kc, actual_nc);
+          }
+#else
+          pack_rhs(block_b, rhs.getSubMapper(k2, j2), actual_kc, actual_nc);
+#endif
+        }
         if (k2 == 0) {
           for (Index j = j2; j < j2 + actual_nc; ++j) {
             std::memset(pc + j * ldc + i2, 0, static_cast<std::size_t>(actual_mc) * sizeof(T));
