@@ -523,17 +523,6 @@ Footprints footprints(const std::vector<std::int64_t>& blocks) {
           footprint_copies(blocks, 4.0, Measure::alone),  footprint_copies(blocks, 4.0, Measure::all_at_once)};
 }
 
-// Bytes per second per rank of one read of each of the rank's parameter blocks, one after the
-// other (read_stream: 4 bytes per element, nothing written), `footprint` copies of them on the
-// ranks that measure: the pattern of the forward's product, which reads each weight once from
-// memory or the L3 (docs/design.md, "Performance model"). Its footprint is the weights' alone, a
-// third of what the step streams between two reads of a weight (the weights and both moments),
-// so caches help it at least as much as they help the forward. The faster of read_pass's plain
-// and prefetching loops. Until 2026-11-27 (thirteenth session) the floor charged the forward's
-// reads at the copy's or Adam's rate, reads and writes counted together: on the Intel host of
-// docs/design.md one rank reads 1 GiB at 14.6 GB/s (a scratch program, 2 MiB pages; 16.7-16.9
-// here) and streams Adam's rows pattern at 28.6 GB/s of which 14.3 are reads, so the forward of
-// B8 L8 D4096 on one rank was charged 40 ms for reads that take 63-73.
 // Bytes per second per rank of `pass` over `footprint` copies of the rank's blocks on the ranks
 // that measure (one copy elsewhere): make(n) allocates a block of n elements, and pass(ahead,
 // blocks) runs the pattern once over them, as a plain loop or (ahead) a prefetching one. The
