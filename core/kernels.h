@@ -106,6 +106,11 @@ void causal_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
 // each result rounded once.
 void causal_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
                                const Tensor& dout, std::int64_t q0, double scale, Tensor& dq, Tensor& dk, Tensor& dv);
+// Rotary embedding of one block x [B, S, H, D] (D even) into y (x's shape and dtype): the pair
+// (x_i, x_{i + D/2}) at position p (along S, from 0) becomes (x_i c - x_{i+D/2} s,
+// x_{i+D/2} c + x_i s) with c = cosines[p D/2 + i], s = sign sines[p D/2 + i], in double and
+// rounded once to x's dtype (sign -1: the inverse rotation). f32, f64 or bf16.
+void rotate_pairs(const Tensor& x, const double* cosines, const double* sines, double sign, Tensor& y);
 // RMSNorm over the last dimension d: y = x r w with r = 1 / sqrt(mean(x^2) + eps) per row, w [d].
 // Writes y (x's shape and dtype) and r (one per row: x's shape without its last dimension).
 // f32 or f64; bf16 x and w are computed in f32 (r f32) and y is rounded once.
