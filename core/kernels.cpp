@@ -1177,10 +1177,16 @@ namespace {
 constexpr double kSqrt2OverPi = 0.79788456080286535588;
 constexpr double kGeluCubic = 0.044715;
 
-// gelu_tanh (grad = false) or its derivative (grad = true), in blocks that stay in cache.
-Tensor gelu_tanh_kernel(const Tensor& x, bool grad, const char* what) {
+// gelu_tanh (grad = false) or its derivative (grad = true), in blocks that stay in cache; with
+// g, the derivative times g (the backward pass in one pass: the derivative is not written out
+// and read back).
+Tensor gelu_tanh_kernel(const Tensor& x, bool grad, const char* what, const Tensor* g = nullptr) {
   require_float(x, what);
-  if (is_bf16(x)) return to_bf16(gelu_tanh_kernel(to_f32(x), grad, what));
+  if (is_bf16(x)) {
+    if (g == nullptr) return to_bf16(gelu_tanh_kernel(to_f32(x), grad, what));
+    const Tensor g32 = to_f32(*g);
+    return to_bf16(gelu_tanh_kernel(to_f32(x), grad, what, &g32));
+  }
   Tensor out = Tensor::empty(x.shape(), x.dtype());
   dispatch_float(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
@@ -1197,8 +1203,11 @@ Tensor gelu_tanh_kernel(const Tensor& x, bool grad, const char* what) {
       th = (c * (v + cubic * v * v * v)).tanh();
       if (!grad) {
         o = T(0.5) * v * (T(1) + th);
-      } else {
+      } else if (g == nullptr) {
         o = T(0.5) * (T(1) + th) + T(0.5) * v * (T(1) - th * th) * c * (T(1) + T(3) * cubic * v * v);
+      } else {
+        o = ArrayIn<T>(g->data<T>() + start, len) *
+            (T(0.5) * (T(1) + th) + T(0.5) * v * (T(1) - th * th) * c * (T(1) + T(3) * cubic * v * v));
       }
     }
   });
@@ -1209,6 +1218,14 @@ Tensor gelu_tanh_kernel(const Tensor& x, bool grad, const char* what) {
 
 Tensor gelu_tanh(const Tensor& x) { return gelu_tanh_kernel(x, false, "gelu_tanh"); }
 Tensor gelu_tanh_grad(const Tensor& x) { return gelu_tanh_kernel(x, true, "gelu_tanh_grad"); }
+Tensor gelu_tanh_backward(const Tensor& x, const Tensor& g) {
+  if (g.shape() != x.shape() || g.dtype() != x.dtype()) {
+    throw ShapeError("gelu_tanh_backward: gradient " + shape_to_string(g.shape()) + " " +
+                     std::string(dtype_name(g.dtype())) + " does not match the input " + shape_to_string(x.shape()) +
+                     " " + std::string(dtype_name(x.dtype())));
+  }
+  return gelu_tanh_kernel(x, true, "gelu_tanh_backward", &g);
+}
 
 namespace {
 

@@ -85,6 +85,10 @@ Tensor unary(UnaryOp op, const Tensor& x);
 // one vectorized pass (Eigen's tanh).
 Tensor gelu_tanh(const Tensor& x);
 Tensor gelu_tanh_grad(const Tensor& x);
+// g * gelu_tanh_grad(x) in one pass (the backward pass of gelu_tanh given its output gradient g,
+// of x's shape and dtype): each element the bits of the two calls (bf16 runs in f32 and rounds
+// once, where the two calls round the derivative too).
+Tensor gelu_tanh_backward(const Tensor& x, const Tensor& g);
 // Softmax over the last dimension: each row's exp(x - max) over its sum, one vectorized exp
 // per element (Eigen's). Exponents below -87 (f32) or -708 (f64), where the vectorized exp
 // clamps its argument, give 0, so masked (-inf) entries are exactly 0. bf16 runs in f32.

@@ -544,6 +544,41 @@ TEST(Kernels, GemmIntoAFreshResultHasTheBitsOfAnAccumulationIntoZeros) {
   }
 }
 
+// gelu_tanh_backward (the derivative times the gradient in one pass) gives the bits of the two
+// calls it replaces, gelu_tanh_grad then binary mul, in f32 and f64, over more elements than one
+// of its blocks of 4096 (a block boundary and a short last block); in bf16 it rounds once where
+// the two calls round twice, so each element lies within one bf16 rounding of theirs. A
+// gradient of another shape or dtype is refused with both named.
+TEST(Kernels, GeluBackwardHasTheBitsOfTheDerivativeTimesTheGradient) {
+  const std::int64_t n = 4096 + 1000;
+  for (DType dtype : {DType::f32, DType::f64, DType::bf16}) {
+    Tensor x = Tensor::from_vector({n}, rounding_values(n, 5, -1.0f)).astype(dtype);
+    Tensor g = Tensor::from_vector({n}, rounding_values(n, 6, -1.0f)).astype(dtype);
+    for (std::int64_t i = 0; i < n; i += 7) {  // some inputs far out, where tanh saturates
+      Tensor big = Tensor::full({1}, (i % 2 == 0 ? 1.0 : -1.0) * (4.0 + i % 50), dtype);
+      std::memcpy(static_cast<std::byte*>(x.raw()) + i * dtype_size(dtype), big.raw(), dtype_size(dtype));
+    }
+    const Tensor fused = gelu_tanh_backward(x, g);
+    const Tensor two = binary(BinaryOp::mul, g, gelu_tanh_grad(x));
+    ASSERT_EQ(fused.shape(), x.shape());
+    ASSERT_EQ(fused.dtype(), dtype);
+    if (dtype != DType::bf16) {
+      EXPECT_EQ(std::memcmp(fused.raw(), two.raw(), fused.nbytes()), 0) << dtype_name(dtype);
+      continue;
+    }
+    for (std::int64_t i = 0; i < n; ++i) {
+      EXPECT_NEAR(fused.at(i), two.at(i), std::abs(two.at(i)) * (1.0 / 128)) << i;
+    }
+  }
+  const Tensor x = Tensor::zeros({4}, DType::f32);
+  try {
+    gelu_tanh_backward(x, Tensor::zeros({5}, DType::f32));
+    FAIL() << "no error";
+  } catch (const ShapeError& e) {
+    EXPECT_STREQ(e.what(), "gelu_tanh_backward: gradient [5] f32 does not match the input [4] f32");
+  }
+}
+
 // adam_update gives an element the same bits whether the vector loop or the scalar tail updates
 // it: a block of 37 f32 (two vectors of 16 and a tail of 5) against each element alone.
 TEST(Kernels, AdamUpdateGivesAnElementTheSameBitsAnywhereInTheBlock) {
