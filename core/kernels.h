@@ -85,6 +85,10 @@ Tensor unary(UnaryOp op, const Tensor& x);
 // one vectorized pass (Eigen's tanh).
 Tensor gelu_tanh(const Tensor& x);
 Tensor gelu_tanh_grad(const Tensor& x);
+// g * gelu_tanh_grad(x) in one pass (the backward pass of gelu_tanh given its output gradient g,
+// of x's shape and dtype): each element the bits of the two calls (bf16 runs in f32 and rounds
+// once, where the two calls round the derivative too).
+Tensor gelu_tanh_backward(const Tensor& x, const Tensor& g);
 // Softmax over the last dimension: each row's exp(x - max) over its sum, one vectorized exp
 // per element (Eigen's). Exponents below -87 (f32) or -708 (f64), where the vectorized exp
 // clamps its argument, give 0, so masked (-inf) entries are exactly 0. bf16 runs in f32.
@@ -106,6 +110,11 @@ void causal_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
 // each result rounded once.
 void causal_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
                                const Tensor& dout, std::int64_t q0, double scale, Tensor& dq, Tensor& dk, Tensor& dv);
+// Rotary embedding of one block x [B, S, H, D] (D even) into y (x's shape and dtype): the pair
+// (x_i, x_{i + D/2}) at position p (along S, from 0) becomes (x_i c - x_{i+D/2} s,
+// x_{i+D/2} c + x_i s) with c = cosines[p D/2 + i], s = sign sines[p D/2 + i], in double and
+// rounded once to x's dtype (sign -1: the inverse rotation). f32, f64 or bf16.
+void rotate_pairs(const Tensor& x, const double* cosines, const double* sines, double sign, Tensor& y);
 // RMSNorm over the last dimension d: y = x r w with r = 1 / sqrt(mean(x^2) + eps) per row, w [d].
 // Writes y (x's shape and dtype) and r (one per row: x's shape without its last dimension).
 // f32 or f64; bf16 x and w are computed in f32 (r f32) and y is rounded once.

@@ -81,9 +81,18 @@ Var gelu_tanh(const Var& x) {
     }
     return ShardedTensor(v.mesh(), v.spec(), v.global_shape(), kernel(v.local()));
   };
+  // The backward pass multiplies g by the derivative in the same pass where g lies on x's
+  // blocks (the MLP's: both [batch, seq, d_ff / model]); otherwise binary aligns the two.
   return make_result("gelu_tanh", apply(x.value(), tessera::gelu_tanh), {x},
                      [x, apply](const ShardedTensor& g, GradSink& sink) {
-                       sink.add(0, binary(BinaryOp::mul, g, apply(x.value(), tessera::gelu_tanh_grad)));
+                       const ShardedTensor& v = x.value();
+                       if (!v.spec().is_partial() && g.spec() == v.spec() && g.global_shape() == v.global_shape() &&
+                           g.dtype() == v.dtype()) {
+                         sink.add(0, ShardedTensor(v.mesh(), v.spec(), v.global_shape(),
+                                                   tessera::gelu_tanh_backward(v.local(), g.local())));
+                         return;
+                       }
+                       sink.add(0, binary(BinaryOp::mul, g, apply(v, tessera::gelu_tanh_grad)));
                      });
 }
 

@@ -59,38 +59,13 @@ const RotaryTable& rotary_table(std::int64_t offset, std::int64_t seq, std::int6
   return tables.back();
 }
 
-// Rotates x's block (sign = +1) or applies the inverse rotation (sign = -1).
-template <class T>
-void rotate(const Tensor& in, Tensor& out, std::int64_t seq_offset, double base, double sign) {
-  const Shape& s = in.shape();
-  const std::int64_t batch = s[0], seq = s[1], heads = s[2], dh = s[3], half = dh / 2;
-  const T* x = in.data<T>();
-  T* y = out.data<T>();
-  const RotaryTable& table = rotary_table(seq_offset, seq, dh, base);
-  for (std::int64_t b = 0; b < batch; ++b) {
-    for (std::int64_t p = 0; p < seq; ++p) {
-      const double* cosines = table.cosines.data() + p * half;
-      const double* sines = table.sines.data() + p * half;
-      for (std::int64_t h = 0; h < heads; ++h) {
-        const std::int64_t at = ((b * seq + p) * heads + h) * dh;
-        for (std::int64_t i = 0; i < half; ++i) {
-          const double c = cosines[i], sn = sign * sines[i];
-          const double x1 = x[at + i], x2 = x[at + i + half];
-          y[at + i] = static_cast<T>(x1 * c - x2 * sn);
-          y[at + i + half] = static_cast<T>(x2 * c + x1 * sn);
-        }
-      }
-    }
-  }
-}
-
 ShardedTensor rotate_value(const ShardedTensor& x, double base, std::int64_t offset, double sign) {
   const Mesh& mesh = x.mesh();
   const std::int64_t seq0 = block_offsets(x.spec(), mesh.shape(), x.global_shape(), mesh.coords())[1];
-  Tensor out = Tensor::empty(x.local().shape(), x.dtype());  // rotate writes every element
-  if (x.dtype() == DType::f32) rotate<float>(x.local(), out, seq0 + offset, base, sign);
-  else if (x.dtype() == DType::bf16) rotate<bfloat16>(x.local(), out, seq0 + offset, base, sign);
-  else rotate<double>(x.local(), out, seq0 + offset, base, sign);
+  const Shape& s = x.local().shape();
+  const RotaryTable& table = rotary_table(seq0 + offset, s[1], s[3], base);
+  Tensor out = Tensor::empty(s, x.dtype());  // rotate_pairs writes every element
+  rotate_pairs(x.local(), table.cosines.data(), table.sines.data(), sign, out);
   return ShardedTensor(mesh, x.spec(), x.global_shape(), std::move(out));
 }
 

@@ -544,6 +544,83 @@ TEST(Kernels, GemmIntoAFreshResultHasTheBitsOfAnAccumulationIntoZeros) {
   }
 }
 
+// rotate_pairs turns each pair (x_i, x_{i + D/2}) of position p by the table's angle in double
+// and rounds once: f32 within half an f32 unit of the rotation in double, over pair counts of a
+// vector and more (D = 40: 20 pairs, a vector of 8 doubles twice and a tail), and sign -1 undoes
+// it. A shape that is not [B, S, H, even D] is refused.
+TEST(Kernels, RotatePairsTurnsEachPairByItsPositionsAngle) {
+  const Shape shape{2, 3, 2, 40};
+  const std::int64_t half = 20;
+  std::vector<double> cosines(3 * half), sines(3 * half);
+  for (std::int64_t p = 0; p < 3; ++p) {
+    for (std::int64_t i = 0; i < half; ++i) {
+      const double angle = (p + 5) * std::pow(100.0, -2.0 * i / 40.0);
+      cosines[p * half + i] = std::cos(angle);
+      sines[p * half + i] = std::sin(angle);
+    }
+  }
+  const Tensor x = Tensor::from_vector(shape, rounding_values(numel(shape), 9, -1.0f));
+  Tensor y = Tensor::empty(shape, DType::f32), back = Tensor::empty(shape, DType::f32);
+  rotate_pairs(x, cosines.data(), sines.data(), 1.0, y);
+  rotate_pairs(y, cosines.data(), sines.data(), -1.0, back);
+  for (std::int64_t row = 0; row < 2 * 3 * 2; ++row) {
+    const std::int64_t p = (row / 2) % 3;
+    for (std::int64_t i = 0; i < half; ++i) {
+      const std::int64_t at = row * 40 + i;
+      const double c = cosines[p * half + i], sn = sines[p * half + i], x1 = x.at(at), x2 = x.at(at + half);
+      const double want1 = x1 * c - x2 * sn, want2 = x2 * c + x1 * sn;
+      EXPECT_NEAR(y.at(at), want1, std::abs(want1) * 0x1p-24 + 1e-12) << row << " " << i;
+      EXPECT_NEAR(y.at(at + half), want2, std::abs(want2) * 0x1p-24 + 1e-12) << row << " " << i;
+      EXPECT_NEAR(back.at(at), x1, 1e-6) << row << " " << i;
+      EXPECT_NEAR(back.at(at + half), x2, 1e-6) << row << " " << i;
+    }
+  }
+  Tensor odd = Tensor::zeros({1, 1, 1, 3}, DType::f32);
+  try {
+    rotate_pairs(odd, cosines.data(), sines.data(), 1.0, odd);
+    FAIL() << "no error";
+  } catch (const ShapeError& e) {
+    EXPECT_STREQ(e.what(),
+                 "rotate_pairs: x [1, 1, 1, 3] f32 and y [1, 1, 1, 3] f32 are not one [batch, seq, heads, even d_head] "
+                 "shape and dtype");
+  }
+}
+
+// gelu_tanh_backward (the derivative times the gradient in one pass) gives the bits of the two
+// calls it replaces, gelu_tanh_grad then binary mul, in f32 and f64, over more elements than one
+// of its blocks of 4096 (a block boundary and a short last block); in bf16 it rounds once where
+// the two calls round twice, so each element lies within one bf16 rounding of theirs. A
+// gradient of another shape or dtype is refused with both named.
+TEST(Kernels, GeluBackwardHasTheBitsOfTheDerivativeTimesTheGradient) {
+  const std::int64_t n = 4096 + 1000;
+  for (DType dtype : {DType::f32, DType::f64, DType::bf16}) {
+    Tensor x = Tensor::from_vector({n}, rounding_values(n, 5, -1.0f)).astype(dtype);
+    Tensor g = Tensor::from_vector({n}, rounding_values(n, 6, -1.0f)).astype(dtype);
+    for (std::int64_t i = 0; i < n; i += 7) {  // some inputs far out, where tanh saturates
+      Tensor big = Tensor::full({1}, (i % 2 == 0 ? 1.0 : -1.0) * (4.0 + i % 50), dtype);
+      std::memcpy(static_cast<std::byte*>(x.raw()) + i * dtype_size(dtype), big.raw(), dtype_size(dtype));
+    }
+    const Tensor fused = gelu_tanh_backward(x, g);
+    const Tensor two = binary(BinaryOp::mul, g, gelu_tanh_grad(x));
+    ASSERT_EQ(fused.shape(), x.shape());
+    ASSERT_EQ(fused.dtype(), dtype);
+    if (dtype != DType::bf16) {
+      EXPECT_EQ(std::memcmp(fused.raw(), two.raw(), fused.nbytes()), 0) << dtype_name(dtype);
+      continue;
+    }
+    for (std::int64_t i = 0; i < n; ++i) {
+      EXPECT_NEAR(fused.at(i), two.at(i), std::abs(two.at(i)) * (1.0 / 128)) << i;
+    }
+  }
+  const Tensor x = Tensor::zeros({4}, DType::f32);
+  try {
+    gelu_tanh_backward(x, Tensor::zeros({5}, DType::f32));
+    FAIL() << "no error";
+  } catch (const ShapeError& e) {
+    EXPECT_STREQ(e.what(), "gelu_tanh_backward: gradient [5] f32 does not match the input [4] f32");
+  }
+}
+
 // adam_update gives an element the same bits whether the vector loop or the scalar tail updates
 // it: a block of 37 f32 (two vectors of 16 and a tail of 5) against each element alone.
 TEST(Kernels, AdamUpdateGivesAnElementTheSameBitsAnywhereInTheBlock) {
