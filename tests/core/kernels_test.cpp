@@ -547,7 +547,7 @@ TEST(Kernels, GemmIntoAFreshResultHasTheBitsOfAnAccumulationIntoZeros) {
 // rotate_pairs turns each pair (x_i, x_{i + D/2}) of position p by the table's angle in double
 // and rounds once: f32 within half an f32 unit of the rotation in double, over pair counts of a
 // vector and more (D = 40: 20 pairs, a vector of 8 doubles twice and a tail), and sign -1 undoes
-// it. A shape that is not [B, S, H, even D] is refused.
+// it. A shape that is not [B, S, H, even D] is refused, and so is a dtype other than a float.
 TEST(Kernels, RotatePairsTurnsEachPairByItsPositionsAngle) {
   const Shape shape{2, 3, 2, 40};
   const std::int64_t half = 20;
@@ -583,6 +583,13 @@ TEST(Kernels, RotatePairsTurnsEachPairByItsPositionsAngle) {
     EXPECT_STREQ(e.what(),
                  "rotate_pairs: x [1, 1, 1, 3] f32 and y [1, 1, 1, 3] f32 are not one [batch, seq, heads, even d_head] "
                  "shape and dtype");
+  }
+  Tensor ints = Tensor::zeros({1, 1, 1, 2}, DType::i32);
+  try {
+    rotate_pairs(ints, cosines.data(), sines.data(), 1.0, ints);
+    FAIL() << "no error";
+  } catch (const DTypeError& e) {
+    EXPECT_STREQ(e.what(), "rotate_pairs: dtype i32 is not f32, f64 or bf16");
   }
 }
 
