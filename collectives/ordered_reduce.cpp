@@ -14,16 +14,28 @@ namespace tessera::detail {
 
 namespace {
 
-// out[i] = combine over k < n of in[k * stride + i], in k order.
+// out[i] = combine over k < n of in[k * stride + i], in k order. In blocks of kCombineBlock
+// elements: a block of out stays in L1 while every piece adds into it, so each piece is read once
+// and out written once, where a pass of out per piece read and wrote it n times. Each element
+// still combines its pieces in k order: the same bits. This file is compiled -O3
+// (collectives/CMakeLists.txt), where these loops are vectorized; at -O2 GCC 12 left them
+// scalar, 3% of the transformer's CPU on 8 ranks.
+constexpr std::int64_t kCombineBlock = 2048;
+
 template <class T>
 void combine_typed(const T* in, std::int64_t stride, T* out, std::int64_t count, int n, ReduceOp op) {
-  std::copy(in, in + count, out);
-  for (int k = 1; k < n; ++k) {
-    const T* piece = in + k * stride;
-    if (op == ReduceOp::sum) {
-      for (std::int64_t i = 0; i < count; ++i) out[i] += piece[i];
-    } else {
-      for (std::int64_t i = 0; i < count; ++i) out[i] = std::max(out[i], piece[i]);
+  for (std::int64_t start = 0; start < count; start += kCombineBlock) {
+    const std::int64_t len = std::min(kCombineBlock, count - start);
+    T* __restrict o = out + start;
+    const T* __restrict first = in + start;
+    for (std::int64_t i = 0; i < len; ++i) o[i] = first[i];
+    for (int k = 1; k < n; ++k) {
+      const T* __restrict piece = in + k * stride + start;
+      if (op == ReduceOp::sum) {
+        for (std::int64_t i = 0; i < len; ++i) o[i] += piece[i];
+      } else {
+        for (std::int64_t i = 0; i < len; ++i) o[i] = std::max(o[i], piece[i]);
+      }
     }
   }
 }
