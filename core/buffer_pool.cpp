@@ -81,6 +81,14 @@ void count_tensor_allocation(std::size_t bytes) noexcept {
 
 void count_tensor_free(std::size_t bytes) noexcept { live_bytes.fetch_sub(bytes, std::memory_order_relaxed); }
 
+namespace {
+std::atomic<std::size_t> copied_bytes{0};
+}  // namespace
+
+void count_tensor_copy(std::size_t bytes) noexcept { copied_bytes.fetch_add(bytes, std::memory_order_relaxed); }
+std::size_t tensor_copy_bytes() { return copied_bytes.load(std::memory_order_relaxed); }
+void reset_tensor_copy_bytes() { copied_bytes.store(0, std::memory_order_relaxed); }
+
 std::size_t live_tensor_bytes() { return live_bytes.load(std::memory_order_relaxed); }
 std::size_t peak_tensor_bytes() { return peak_bytes.load(std::memory_order_relaxed); }
 void reset_peak_tensor_bytes() { peak_bytes.store(live_bytes.load(std::memory_order_relaxed), std::memory_order_relaxed); }

@@ -37,4 +37,11 @@ void reset_peak_tensor_bytes();
 void count_tensor_allocation(std::size_t bytes) noexcept;
 void count_tensor_free(std::size_t bytes) noexcept;
 
+// The bytes Tensor's copy constructor and copy assignment have copied in this process (deep
+// copies) since reset_tensor_copy_bytes(): a function of the program alone, so tests can assert
+// which ops copy a block and which hand it on (tests/nn/lm_ops_test.cpp).
+std::size_t tensor_copy_bytes();
+void reset_tensor_copy_bytes();
+void count_tensor_copy(std::size_t bytes) noexcept;
+
 }  // namespace tessera

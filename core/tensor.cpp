@@ -43,6 +43,7 @@ Tensor Tensor::empty(Shape shape, DType dtype) { return Tensor(std::move(shape),
 Tensor::Tensor(const Tensor& other)
     : dtype_(other.dtype_), shape_(other.shape_), numel_(other.numel_), data_(allocate(other.nbytes(), false)) {
   if (nbytes() > 0) std::memcpy(data_.get(), other.data_.get(), nbytes());
+  count_tensor_copy(nbytes());
 }
 
 Tensor& Tensor::operator=(const Tensor& other) {

@@ -116,11 +116,13 @@ Var softmax(const Var& x) {
   if (last < 0) throw ShapeError("softmax: needs at least one dimension");
   // One fused kernel each way (core/kernels.h): the normalisation needs the whole last
   // dimension on each rank, and the backward pass needs only the saved output.
-  const ShardedTensor in = whole_along(x.value(), last);
+  ShardedTensor moved;
+  const ShardedTensor& in = whole_along(x.value(), last, moved);
   ShardedTensor y(in.mesh(), in.spec(), in.global_shape(), tessera::softmax_last(in.local()));
   ShardedTensor saved = y;
-  return make_result("softmax", std::move(y), {x}, [saved](const ShardedTensor& g, GradSink& sink) {
-    const ShardedTensor gl = to_spec(g, saved.spec());
+  return make_result("softmax", std::move(y), {x}, [saved = std::move(saved)](const ShardedTensor& g, GradSink& sink) {
+    ShardedTensor moved;
+    const ShardedTensor& gl = on_spec(g, saved.spec(), moved);
     sink.add(0, ShardedTensor(saved.mesh(), saved.spec(), saved.global_shape(),
                               tessera::softmax_last_grad(saved.local(), gl.local())));
   });

@@ -80,16 +80,20 @@ void check_bshd(const char* op, const ShardedTensor& x) {
 Var rotary(const Var& x, double base, std::int64_t offset) {
   check_bshd("rotary", x.value());
   if (x.shape()[3] % 2 != 0) throw ShapeError("rotary: d_head of " + operand_string(x.value()) + " is odd");
-  ShardedTensor in = x.value();
-  if (!in.spec().axes(3).empty()) {
-    Spec whole = in.spec();
+  // x's block is read where it lies (no copy) unless d_head is split.
+  ShardedTensor moved;
+  const ShardedTensor* in = &x.value();
+  if (!in->spec().axes(3).empty()) {
+    Spec whole = in->spec();
     whole.dims[3].clear();
-    in = reshard(in, whole);
+    moved = reshard(*in, whole);
+    in = &moved;
   }
-  ShardedTensor y = rotate_value(in, base, offset, 1.0);
+  ShardedTensor y = rotate_value(*in, base, offset, 1.0);
   Spec y_spec = y.spec();
   return make_result("rotary", std::move(y), {x}, [base, offset, y_spec](const ShardedTensor& g, GradSink& sink) {
-    sink.add(0, rotate_value(to_spec(g, y_spec.without_partial()), base, offset, -1.0));
+    ShardedTensor moved;
+    sink.add(0, rotate_value(on_spec(g, y_spec.without_partial(), moved), base, offset, -1.0));
   });
 }
 
@@ -125,7 +129,8 @@ Var causal_attention(const Var& q, const Var& k, const Var& v) {
   return make_result(
       "causal_attention", std::move(y), {qw, kw, vw},
       [qw, kw, vw, probs, q_spec, kv_spec, q0, scale_factor](const ShardedTensor& g, GradSink& sink) {
-        const ShardedTensor gl = to_spec(g, q_spec);
+        ShardedTensor moved;
+        const ShardedTensor& gl = on_spec(g, q_spec, moved);
         Tensor dq, dk, dv;
         causal_attention_backward(qw.value().local(), kw.value().local(), vw.value().local(), *probs, gl.local(), q0,
                                   scale_factor, dq, dk, dv);

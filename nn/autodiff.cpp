@@ -253,7 +253,8 @@ std::vector<std::optional<ShardedTensor>> gradients(const Var& y, const ShardedT
       grads.erase(found);
       if (node->backward) {
         Accumulator sink(grads, unwritten, *node, keep_raw, handover);
-        node->backward(g, sink);
+        ShardedTensor lent = g;  // the backward may take its cotangent; the caller gets g below
+        node->backward(lent, sink);
       }
       options.ready(at->second, returned_cotangent(*node, std::move(g), keep_raw));
       continue;

@@ -9,7 +9,7 @@ namespace tessera::nn {
 Var reshard(const Var& x, const Spec& target) {
   ShardedTensor y = to_spec(x.value(), target);
   // The cotangent is resharded to x's spec by the tape when it is accumulated.
-  Var out = make_result("reshard", std::move(y), {x}, [](const ShardedTensor& g, GradSink& sink) { sink.add(0, g); });
+  Var out = make_result("reshard", std::move(y), {x}, [](ShardedTensor& g, GradSink& sink) { sink.add(0, std::move(g)); });
   out.node()->passes_cotangent = true;
   return out;
 }

@@ -232,10 +232,8 @@ void plan_contraction(const EinsumSubscripts& sub, const ShardedTensor& a, const
     const double move_cost = static_cast<double>(reshard_bytes(*out.a, a_to) + reshard_bytes(*out.b, b_to)) +
                              extra_flops / kFlopsPerCommByte;
     if (move_cost < reduce_cost) {
-      out.a_moved = to_spec(*out.a, a_to);
-      out.b_moved = to_spec(*out.b, b_to);
-      out.a = &out.a_moved;
-      out.b = &out.b_moved;
+      out.a = &on_spec(*out.a, a_to, out.a_moved);
+      out.b = &on_spec(*out.b, b_to, out.b_moved);
       out.spec = target;
     }
   }

@@ -215,9 +215,12 @@ ShardedTensor scale(const ShardedTensor& x, double factor) {
 
 Var add(const Var& a, const Var& b) {
   return make_result("add", binary(BinaryOp::add, a.value(), b.value()), {a, b},
-                     [sa = a.shape(), sb = b.shape()](const ShardedTensor& g, GradSink& sink) {
-                       if (sink.wants(0)) sink.add(0, sum_to_shape(g, sa));
-                       if (sink.wants(1)) sink.add(1, sum_to_shape(g, sb));
+                     [sa = a.shape(), sb = b.shape()](ShardedTensor& g, GradSink& sink) {
+                       // The cotangent itself goes to the last input that wants it (a residual's
+                       // add passes it on whole, no copy); the other gets a copy.
+                       const bool second = sink.wants(1);
+                       if (sink.wants(0)) sink.add(0, second ? sum_to_shape(g, sa) : sum_to_shape(std::move(g), sa));
+                       if (second) sink.add(1, sum_to_shape(std::move(g), sb));
                      });
 }
 

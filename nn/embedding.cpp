@@ -70,15 +70,19 @@ Var embed(const Var& table_var, const ShardedTensor& tokens_in) {
     throw DTypeError("embed: table " + operand_string(table_in) + " is not f32 or f64");
   }
   const Mesh& mesh = table_in.mesh();
-  ShardedTensor table = resolve_partial(table_in);
-  const Axes vocab = table.spec().axes(0);
+  // The table and tokens are read where they lie when no reshard is needed (no copy).
+  ShardedTensor table_whole;
+  const ShardedTensor& table_resolved = on_spec(table_in, table_in.spec().without_partial(), table_whole);
+  const Axes vocab = table_resolved.spec().axes(0);
   // Tokens off the vocabulary axes (each vocabulary shard needs every token of its rows' block).
   Spec tokens_spec = tokens_in.spec().without_partial();
   for (auto& d : tokens_spec.dims) d = without(d, vocab);
-  ShardedTensor tokens = to_spec(tokens_in, tokens_spec);
+  ShardedTensor tokens_moved;
+  const ShardedTensor& tokens = on_spec(tokens_in, tokens_spec, tokens_moved);
   const Axes token_axes = used_axes(tokens_spec, mesh);
-  Spec table_spec(std::vector<Axes>{vocab, without(table.spec().axes(1), token_axes)});
-  table = to_spec(table, table_spec);
+  Spec table_spec(std::vector<Axes>{vocab, without(table_resolved.spec().axes(1), token_axes)});
+  ShardedTensor table_moved;
+  const ShardedTensor& table = on_spec(table_resolved, table_spec, table_moved);
 
   const std::int64_t vocabulary = table.global_shape()[0];
   const std::int64_t v0 = block_offsets(table_spec, mesh.shape(), table.global_shape(), mesh.coords())[0];
@@ -103,9 +107,10 @@ Var embed(const Var& table_var, const ShardedTensor& tokens_in) {
   ShardedTensor y = resolve_partial(ShardedTensor(mesh, out_spec, out_shape, std::move(local)));
 
   return make_result("embed", std::move(y), {table_var},
-                     [tokens, table_spec, token_axes, v0, table_shape = table.global_shape(),
+                     [tokens = tokens, table_spec, token_axes, v0, table_shape = table.global_shape(),
                       y_spec = out_spec.without_partial()](const ShardedTensor& g, GradSink& sink) {
-                       ShardedTensor gy = to_spec(g, y_spec);
+                       ShardedTensor moved;
+                       const ShardedTensor& gy = on_spec(g, y_spec, moved);
                        const Mesh& mesh = gy.mesh();
                        Spec spec(table_spec.dims, token_axes);
                        Tensor local(local_shape(spec, mesh.shape(), table_shape, mesh.coords()), gy.dtype());

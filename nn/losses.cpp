@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
 
 #include "collectives/collectives.h"
 #include "collectives/reshard.h"
@@ -87,10 +88,17 @@ Var softmax_cross_entropy_with_integer_labels(const Var& logits_var, const Shard
                      "logits [rows..., V]");
   }
   const Mesh& mesh = logits_in.mesh();
-  ShardedTensor logits = resolve_partial(logits_in);
+  // The logits the backward pass reads: the input's own block, kept alive with its node (no
+  // copy), or the block with its partial axes summed away.
+  const std::shared_ptr<const ShardedTensor> held =
+      logits_in.spec().is_partial()
+          ? std::make_shared<const ShardedTensor>(resolve_partial(logits_in))
+          : std::shared_ptr<const ShardedTensor>(logits_var.node(), &logits_var.node()->value);
+  const ShardedTensor& logits = *held;
   const Axes vocab = logits.spec().axes(last);
   Spec labels_spec(std::vector<Axes>(logits.spec().dims.begin(), logits.spec().dims.begin() + last));
-  ShardedTensor labels = to_spec(labels_in, labels_spec);
+  ShardedTensor labels_moved;
+  const ShardedTensor& labels = on_spec(labels_in, labels_spec, labels_moved);
   const std::int64_t vocabulary = logits.global_shape()[last];
   const std::int64_t width = logits.local().shape()[last];
   const std::int64_t v0 = block_offsets(logits.spec(), mesh.shape(), logits.global_shape(), mesh.coords())[last];
@@ -127,8 +135,11 @@ Var softmax_cross_entropy_with_integer_labels(const Var& logits_var, const Shard
   ShardedTensor loss(mesh, loss_spec, Shape{}, std::move(value));
 
   return make_result(op, std::move(loss), {logits_var},
-                     [logits, labels, width, v0, max, sums, count](const ShardedTensor& g, GradSink& sink) {
-                       const double scale = resolve_partial(g).local().at(0) / count;
+                     [held, labels = labels, width, v0, max = std::move(max), sums = std::move(sums),
+                      count](const ShardedTensor& g, GradSink& sink) {
+                       const ShardedTensor& logits = *held;
+                       const double total = g.spec().is_partial() ? resolve_partial(g).local().at(0) : g.local().at(0);
+                       const double scale = total / count;
                        Tensor dx(logits.local().shape(), logits.dtype());
                        if (logits.dtype() == DType::f32) {
                          softmax_minus_onehot<float>(logits.local(), labels.local(), width, v0, max, sums, scale, dx);

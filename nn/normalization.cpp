@@ -47,7 +47,8 @@ Var rmsnorm(const Var& x, const Var& weight, double eps) {
   rmsnorm_forward(xw.value().local(), ww.value().local(), eps, y, *inv);
   ShardedTensor out(x.mesh(), x_spec, x.shape(), std::move(y));
   return make_result("rmsnorm", std::move(out), {xw, ww}, [xw, ww, inv, x_spec](const ShardedTensor& g, GradSink& sink) {
-    const ShardedTensor gl = to_spec(g, x_spec);
+    ShardedTensor moved;
+    const ShardedTensor& gl = on_spec(g, x_spec, moved);
     Tensor dx, dw;
     rmsnorm_backward(xw.value().local(), ww.value().local(), *inv, gl.local(), dx, dw);
     if (sink.wants(0)) sink.add(0, ShardedTensor(g.mesh(), x_spec, g.global_shape(), std::move(dx)));

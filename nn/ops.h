@@ -41,6 +41,8 @@ Var mean(const Var& x, std::vector<int> dims = {}, bool keepdims = false);
 ShardedTensor broadcast_to(const ShardedTensor& x, const Shape& shape, const Spec& spec);
 // Sums x down to `shape` (the reverse of broadcasting).
 ShardedTensor sum_to_shape(const ShardedTensor& x, const Shape& shape);
+// The same for a block the caller gives up: x itself, moved, when it has `shape` already.
+ShardedTensor sum_to_shape(ShardedTensor&& x, const Shape& shape);
 
 // log_softmax over the last dimension (which is gathered first if it is split).
 Var log_softmax(const Var& x);

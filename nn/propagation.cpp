@@ -14,14 +14,25 @@ ShardedTensor resolve_partial(const ShardedTensor& x) {
   return x.spec().is_partial() ? reshard(x, x.spec().without_partial()) : x;
 }
 
-ShardedTensor whole_along(const ShardedTensor& x, int dim) {
+ShardedTensor resolve_partial(ShardedTensor&& x) {
+  if (x.spec().is_partial()) return reshard(x, x.spec().without_partial());
+  return std::move(x);
+}
+
+const ShardedTensor& whole_along(const ShardedTensor& x, int dim, ShardedTensor& moved) {
   Spec want = x.spec().without_partial();
   want.dims[dim].clear();
-  return to_spec(x, want);
+  return on_spec(x, want, moved);
 }
 
 ShardedTensor to_spec(const ShardedTensor& x, const Spec& target) {
   return x.spec() == target ? x : reshard(x, target);
+}
+
+const ShardedTensor& on_spec(const ShardedTensor& x, const Spec& target, ShardedTensor& moved) {
+  if (x.spec() == target) return x;
+  moved = reshard(x, target);
+  return moved;
 }
 
 std::string operand_string(const ShardedTensor& x) {

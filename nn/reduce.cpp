@@ -67,6 +67,11 @@ ShardedTensor broadcast_to(const ShardedTensor& x, const Shape& shape, const Spe
   return ShardedTensor(x.mesh(), spec, shape, tessera::broadcast_to(src.local(), local));
 }
 
+ShardedTensor sum_to_shape(ShardedTensor&& x, const Shape& shape) {
+  if (x.global_shape() == shape) return std::move(x);
+  return sum_to_shape(static_cast<const ShardedTensor&>(x), shape);
+}
+
 ShardedTensor sum_to_shape(const ShardedTensor& x, const Shape& shape) {
   if (x.global_shape() == shape) return x;
   const int offset = x.ndim() - static_cast<int>(shape.size());
@@ -114,7 +119,8 @@ Var log_softmax(const Var& x) {
   const int last = x.ndim() - 1;
   if (last < 0) throw ShapeError("log_softmax: needs at least one dimension");
   // The normalisation needs the whole last dimension on each rank.
-  const ShardedTensor in = whole_along(x.value(), last);
+  ShardedTensor moved;
+  const ShardedTensor& in = whole_along(x.value(), last, moved);
   const Tensor& v = in.local();
   Tensor max = reduce_max(v, {last}, true);
   Tensor shifted = tessera::binary(BinaryOp::sub, v, max);
@@ -122,8 +128,10 @@ Var log_softmax(const Var& x) {
   Tensor out = tessera::binary(BinaryOp::sub, shifted, lse);
   ShardedTensor y(in.mesh(), in.spec(), in.global_shape(), std::move(out));
   ShardedTensor saved = y;
-  return make_result("log_softmax", std::move(y), {x}, [saved, last](const ShardedTensor& g, GradSink& sink) {
-    ShardedTensor gl = to_spec(g, saved.spec());
+  return make_result("log_softmax", std::move(y), {x},
+                     [saved = std::move(saved), last](const ShardedTensor& g, GradSink& sink) {
+    ShardedTensor moved;
+    const ShardedTensor& gl = on_spec(g, saved.spec(), moved);
     // d/dx = g - softmax(x) * sum(g)
     Tensor softmax = tessera::unary(UnaryOp::exp, saved.local());
     Tensor total = reduce_sum(gl.local(), {last}, true);

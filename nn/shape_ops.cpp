@@ -125,7 +125,8 @@ Var reshape(const Var& x, Shape shape) {
   Spec y_spec = y.spec().without_partial();
   return make_result("reshape", std::move(y), {x}, [old = x.shape(), y_spec](const ShardedTensor& g, GradSink& sink) {
     // The cotangent in the result's spec reshapes back to x's spec without moving.
-    ShardedTensor gy = g.spec().without_partial() == y_spec ? g : to_spec(g, y_spec);
+    ShardedTensor moved;
+    const ShardedTensor& gy = g.spec().without_partial() == y_spec ? g : on_spec(g, y_spec, moved);
     sink.add(0, reshape_value(gy, old));
   });
 }
@@ -189,7 +190,8 @@ Var concat(const std::vector<Var>& xs, int dim) {
   std::vector<std::int64_t> lengths;
   for (const auto& x : xs) lengths.push_back(x.shape()[dim]);
   return make_result("concat", std::move(y), xs, [dim, starts, lengths](const ShardedTensor& g, GradSink& sink) {
-    ShardedTensor gw = whole_along(g, dim);
+    ShardedTensor moved;
+    const ShardedTensor& gw = whole_along(g, dim, moved);
     for (std::size_t i = 0; i < starts.size(); ++i) {
       if (!sink.wants(static_cast<int>(i))) continue;
       Shape shape = gw.global_shape(), block = gw.local().shape();
@@ -208,14 +210,16 @@ Var slice(const Var& x, int dim, std::int64_t start, std::int64_t length) {
     throw ShapeError("slice: [" + std::to_string(start) + ", " + std::to_string(start + length) + ") of dimension " +
                      std::to_string(dim) + " is out of range for " + operand_string(x.value()));
   }
-  ShardedTensor src = x.spec().axes(dim).empty() ? x.value() : whole_along(x.value(), dim);
+  ShardedTensor moved;
+  const ShardedTensor& src = x.spec().axes(dim).empty() ? x.value() : whole_along(x.value(), dim, moved);
   Shape shape = src.global_shape(), block = src.local().shape();
   shape[dim] = block[dim] = length;
   std::vector<std::int64_t> at(src.ndim(), 0);
   at[dim] = start;
   ShardedTensor y(src.mesh(), src.spec(), shape, extract_block(src.local(), at, block));
   return make_result("slice", std::move(y), {x}, [dim, start, extent](const ShardedTensor& g, GradSink& sink) {
-    ShardedTensor gw = g.spec().axes(dim).empty() ? g : whole_along(g, dim);
+    ShardedTensor moved;
+    const ShardedTensor& gw = g.spec().axes(dim).empty() ? g : whole_along(g, dim, moved);
     sink.add(0, pad_along(gw, dim, start, extent));
   });
 }

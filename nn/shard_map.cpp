@@ -136,7 +136,7 @@ void insert_pvary_transposes(const VaryAnalysis& analysis, const Mesh& mesh) {
       any = any || missing != 0;
     }
     if (!any) continue;
-    node->backward = [backward = std::move(node->backward), mesh, sum_over](const ShardedTensor& g, GradSink& sink) {
+    node->backward = [backward = std::move(node->backward), mesh, sum_over](ShardedTensor& g, GradSink& sink) {
       PvarySink pvary(sink, mesh, sum_over);
       backward(g, pvary);
     };

@@ -41,11 +41,15 @@ class Var {
 
  private:
   friend Var make_result(std::string op, ShardedTensor value, std::vector<Var> inputs,
-                         std::function<void(const ShardedTensor&, GradSink&)> backward);
+                         std::function<void(ShardedTensor&, GradSink&)> backward);
   std::shared_ptr<Node> node_;
 };
 
-using Backward = std::function<void(const ShardedTensor& grad, GradSink& sink)>;
+// An op's backward pass: given the cotangent of its result, adds its inputs' cotangents to the
+// sink. The cotangent is the op's to take: the tape does not read it afterwards, so an op that
+// hands it on unchanged (reshard, add) moves it into the sink instead of copying it. Most take it
+// as `const ShardedTensor&`.
+using Backward = std::function<void(ShardedTensor& grad, GradSink& sink)>;
 
 struct Node {
   ShardedTensor value;

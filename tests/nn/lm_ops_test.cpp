@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "collectives/comm_stats.h"
+#include "core/buffer_pool.h"
 #include "core/error.h"
 #include "nn/activations.h"
 #include "nn/attention.h"
@@ -25,6 +26,63 @@ namespace {
 using testing_support::world_size;
 using testing_util::max_relative_error;
 using testing_util::test_values;
+
+// What the language model's ops copy (Tensor's deep copies, core/buffer_pool.h), on one rank:
+// forward, then the backward from a seed cotangent. The tape copies the seed once (gradients takes
+// it by const reference); beyond that an op reads a block already on its spec where it lies and
+// hands a cotangent it passes on unchanged to its input (reshard, the second input of add). Each
+// of these copied a block once more before (the transformer's step on 8 ranks copied 8 MiB a
+// rank that it no longer does): rotary's input and its cotangent, rmsnorm's, softmax's,
+// log_softmax's and attention's cotangents, softmax's and log_softmax's input and saved result,
+// reshard's and add's cotangents, embed's table, result and tokens, the cross-entropy's logits,
+// labels and statistics.
+TEST(LmOps, OpsReadBlocksInPlaceAndHandCotangentsOn) {
+  Mesh mesh = testing_util::self_mesh();
+  const Shape bshd{2, 8, 2, 4};
+  const std::size_t block = 2 * 8 * 2 * 4 * sizeof(float);  // one f32 [2, 8, 2, 4]
+  const auto input = [&](const Shape& shape, int seed) {
+    return Var(ShardedTensor::from_global(mesh, Spec(), test_values(shape, seed, DType::f32, false)), true);
+  };
+  const auto seed_of = [&](const Var& y) {
+    return ShardedTensor::from_global(mesh, y.spec(), test_values(y.shape(), 9, DType::f32, false));
+  };
+  // Bytes copied by fn's forward and by the backward of its result.
+  const auto copies = [&](const std::function<Var()>& fn, const std::vector<Var>& wrt) {
+    reset_tensor_copy_bytes();
+    const Var y = fn();
+    const std::size_t forward = tensor_copy_bytes();
+    const ShardedTensor seed = seed_of(y);
+    reset_tensor_copy_bytes();
+    const auto grads = gradients(y, seed, wrt);
+    for (const auto& g : grads) EXPECT_TRUE(g.has_value());
+    return std::pair<std::size_t, std::size_t>{forward, tensor_copy_bytes()};
+  };
+  const Var x = input(bshd, 1), z = input(bshd, 2), k = input(bshd, 3), v = input(bshd, 4);
+  const Var w = input({4}, 5);
+  EXPECT_EQ(copies([&] { return rotary(x); }, {x}), std::make_pair(std::size_t{0}, block));
+  EXPECT_EQ(copies([&] { return rmsnorm(x, w); }, {x, w}), std::make_pair(std::size_t{0}, block));
+  // softmax and log_softmax keep a copy of their result for the backward pass.
+  EXPECT_EQ(copies([&] { return softmax(x); }, {x}), std::make_pair(block, block));
+  EXPECT_EQ(copies([&] { return log_softmax(x); }, {x}), std::make_pair(block, block));
+  EXPECT_EQ(copies([&] { return causal_attention(x, k, v); }, {x, k, v}), std::make_pair(std::size_t{0}, block));
+  // add: the seed, and a copy for its first input; the second takes the cotangent itself.
+  EXPECT_EQ(copies([&] { return add(x, z); }, {x, z}), std::make_pair(std::size_t{0}, 2 * block));
+  // reshard onto the spec x has: the forward's result is a copy; the backward hands the
+  // cotangent on.
+  EXPECT_EQ(copies([&] { return reshard(x, Spec()); }, {x}), std::make_pair(block, block));
+  // embed: no copy of the table or of its result, one of the tokens (i32 [2, 8]) kept for the
+  // backward pass, whose scatter writes a fresh block.
+  const Var table = input({16, 4}, 6);
+  const ShardedTensor tokens = testing_ops::token_ids(mesh, {2, 8}, 16);
+  const std::size_t ids = 2 * 8 * sizeof(std::int32_t), embedded = 2 * 8 * 4 * sizeof(float);
+  EXPECT_EQ(copies([&] { return embed(table, tokens); }, {table}), std::make_pair(ids, embedded));
+  // The cross-entropy keeps its logits for the backward pass by holding the input's node, not a
+  // copy; the labels are resharded onto the logits' rows (from P(data)) and kept; the loss's seed
+  // is one f32.
+  const Var logits = input({2, 8, 16}, 7);
+  EXPECT_EQ(copies([&] { return softmax_cross_entropy_with_integer_labels(logits, tokens); }, {logits}),
+            std::make_pair(2 * ids, sizeof(float)));
+}
 
 TEST(LmOps, EveryOpInsideShardMapMatchesTheGlobalView) {
   for (const auto& shape : testing_support::meshes_2d_of_size(world_size())) {
