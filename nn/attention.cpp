@@ -81,15 +81,10 @@ Var rotary(const Var& x, double base, std::int64_t offset) {
   check_bshd("rotary", x.value());
   if (x.shape()[3] % 2 != 0) throw ShapeError("rotary: d_head of " + operand_string(x.value()) + " is odd");
   // x's block is read where it lies (no copy) unless d_head is split.
+  Spec whole = x.spec();
+  whole.dims[3].clear();
   ShardedTensor moved;
-  const ShardedTensor* in = &x.value();
-  if (!in->spec().axes(3).empty()) {
-    Spec whole = in->spec();
-    whole.dims[3].clear();
-    moved = reshard(*in, whole);
-    in = &moved;
-  }
-  ShardedTensor y = rotate_value(*in, base, offset, 1.0);
+  ShardedTensor y = rotate_value(on_spec(x.value(), whole, moved), base, offset, 1.0);
   Spec y_spec = y.spec();
   return make_result("rotary", std::move(y), {x}, [base, offset, y_spec](const ShardedTensor& g, GradSink& sink) {
     ShardedTensor moved;

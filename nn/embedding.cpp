@@ -71,18 +71,17 @@ Var embed(const Var& table_var, const ShardedTensor& tokens_in) {
   }
   const Mesh& mesh = table_in.mesh();
   // The table and tokens are read where they lie when no reshard is needed (no copy).
-  ShardedTensor table_whole;
-  const ShardedTensor& table_resolved = on_spec(table_in, table_in.spec().without_partial(), table_whole);
-  const Axes vocab = table_resolved.spec().axes(0);
+  const Axes vocab = table_in.spec().axes(0);
   // Tokens off the vocabulary axes (each vocabulary shard needs every token of its rows' block).
   Spec tokens_spec = tokens_in.spec().without_partial();
   for (auto& d : tokens_spec.dims) d = without(d, vocab);
   ShardedTensor tokens_moved;
   const ShardedTensor& tokens = on_spec(tokens_in, tokens_spec, tokens_moved);
   const Axes token_axes = used_axes(tokens_spec, mesh);
-  Spec table_spec(std::vector<Axes>{vocab, without(table_resolved.spec().axes(1), token_axes)});
+  // Its partial axes summed away and d off the token axes, in one reshard.
+  Spec table_spec(std::vector<Axes>{vocab, without(table_in.spec().axes(1), token_axes)});
   ShardedTensor table_moved;
-  const ShardedTensor& table = on_spec(table_resolved, table_spec, table_moved);
+  const ShardedTensor& table = on_spec(table_in, table_spec, table_moved);
 
   const std::int64_t vocabulary = table.global_shape()[0];
   const std::int64_t v0 = block_offsets(table_spec, mesh.shape(), table.global_shape(), mesh.coords())[0];

@@ -138,8 +138,8 @@ Var softmax_cross_entropy_with_integer_labels(const Var& logits_var, const Shard
                      [held, labels = labels, width, v0, max = std::move(max), sums = std::move(sums),
                       count](const ShardedTensor& g, GradSink& sink) {
                        const ShardedTensor& logits = *held;
-                       const double total = g.spec().is_partial() ? resolve_partial(g).local().at(0) : g.local().at(0);
-                       const double scale = total / count;
+                       ShardedTensor moved;
+                       const double scale = on_spec(g, g.spec().without_partial(), moved).local().at(0) / count;
                        Tensor dx(logits.local().shape(), logits.dtype());
                        if (logits.dtype() == DType::f32) {
                          softmax_minus_onehot<float>(logits.local(), labels.local(), width, v0, max, sums, scale, dx);
