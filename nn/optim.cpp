@@ -39,8 +39,8 @@ Spec sharded_state_spec(const Spec& param, const MeshShape& mesh, const Shape& g
   std::int64_t ways = 1;
   for (const std::string& axis : over) {
     if (!mesh.has_axis(axis)) {
-      throw SpecError("optimizer state: axis '" + axis + "' to split it over is not an axis of mesh " +
-                      mesh.to_string());
+      throw SpecError("optimizer state: axis '" + axis + "' to split it over is not an axis of the mesh (" +
+                      mesh.to_string() + ")");
     }
     if (std::count(over.begin(), over.end(), axis) > 1) {
       throw SpecError("optimizer state: axis '" + axis + "' to split it over is named twice");
