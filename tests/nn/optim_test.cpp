@@ -272,6 +272,12 @@ TEST(Gradients, ReadyRowsRefusesAConsumerThatStopsEarly) {
   }
 }
 
+// The batch of train step `step` of the tests below: values in [-0.5, 0.5] that change with it.
+Batch step_batch(const Mesh& mesh, const Spec& spec, const Shape& shape, int step) {
+  return {ShardedTensor::from_fn(
+      mesh, spec, shape, DType::f32, [step](std::int64_t i) { return 0.1 * ((i * 7 + step) % 11) - 0.5; }, "x")};
+}
+
 // Weights updated in rows whose blocks are uneven or empty (3 rows or columns over 4 ranks, 40
 // over 3): train_step (one pass with both products, or panels) gives the bits of whole gradients,
 // for the weights and both moments, step after step.
@@ -299,9 +305,7 @@ TEST(TrainStep, UpdatesInRowsOnUnevenAndEmptyBlocks) {
     StepOptions without_rows = options;
     without_rows.update_in_rows = false;
     for (int step = 0; step < 3; ++step) {
-      const Batch batch{ShardedTensor::from_fn(
-          mesh, Spec::replicated(2), {4, 24}, DType::f32,
-          [step](std::int64_t i) { return 0.1 * ((i * 7 + step) % 11) - 0.5; }, "x")};
+      const Batch batch = step_batch(mesh, Spec::replicated(2), {4, 24}, step);
       const double loss = train_step(rows, opt, loss_fn, batch, options);
       EXPECT_FALSE(times.row_updates.empty()) << label << " step " << step;
       EXPECT_EQ(train_step(whole, opt, loss_fn, batch, without_rows), loss) << label << " step " << step;
@@ -353,9 +357,7 @@ TEST(TrainStep, UpdatesDuringTheBackwardWithTheBitsOfUpdateAfterIt) {
         StepTimes times;
         options.times = &times;
         for (int step = 0; step < 3; ++step) {
-          const Batch batch{ShardedTensor::from_fn(
-              mesh, parse_spec("P(data, None)"), {4 * n, features}, DType::f32,
-              [step](std::int64_t i) { return 0.1 * ((i * 7 + step) % 11) - 0.5; }, "x")};
+          const Batch batch = step_batch(mesh, parse_spec("P(data, None)"), {4 * n, features}, step);
           const double loss = train_step(fused, opt, loss_fn, batch, options);
           LossAndGrads lg = value_and_grad(after.params, loss_fn, batch, options);
           opt.update(after.params, lg.grads, after.opt_state);
@@ -519,9 +521,8 @@ TEST(TrainStep, ShardedOptimizerStateHasTheBitsOfAReplicatedOne) {
         StepTimes times;
         options.times = &times;
         for (int step = 0; step < 3; ++step) {
-          const Batch batch{ShardedTensor::from_fn(
-              mesh, batch_split ? parse_spec("P(data, None)") : Spec::replicated(2), {4 * n, 40}, DType::f32,
-              [step](std::int64_t i) { return 0.1 * ((i * 7 + step) % 11) - 0.5; }, "x")};
+          const Batch batch =
+              step_batch(mesh, batch_split ? parse_spec("P(data, None)") : Spec::replicated(2), {4 * n, 40}, step);
           // Bytes gathered over the replicas' axes by each step: the sharded step's extra are its
           // optimizer's.
           const auto gathered = [&](TrainState& state) {
