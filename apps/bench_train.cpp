@@ -517,10 +517,12 @@ int footprint_copies(const std::vector<std::int64_t>& blocks, double bytes_per_e
 struct Footprints {
   int adam_alone = 1, adam_all = 1, rows_alone = 1, rows_all = 1, read_alone = 1, read_all = 1;
 };
-Footprints footprints(const std::vector<std::int64_t>& blocks) {
-  return {footprint_copies(blocks, 16.0, Measure::alone), footprint_copies(blocks, 16.0, Measure::all_at_once),
-          footprint_copies(blocks, 12.0, Measure::alone), footprint_copies(blocks, 12.0, Measure::all_at_once),
-          footprint_copies(blocks, 4.0, Measure::alone),  footprint_copies(blocks, 4.0, Measure::all_at_once)};
+// Adam's and the rows' streams over the blocks of the optimizer's state, the read over the
+// weights' blocks.
+Footprints footprints(const std::vector<std::int64_t>& state, const std::vector<std::int64_t>& weights) {
+  return {footprint_copies(state, 16.0, Measure::alone),  footprint_copies(state, 16.0, Measure::all_at_once),
+          footprint_copies(state, 12.0, Measure::alone),  footprint_copies(state, 12.0, Measure::all_at_once),
+          footprint_copies(weights, 4.0, Measure::alone), footprint_copies(weights, 4.0, Measure::all_at_once)};
 }
 
 // Bytes per second per rank of `pass` over `footprint` copies of the rank's blocks on the ranks
@@ -616,6 +618,7 @@ struct Options {
   std::int64_t depth = 1024;
   std::int64_t seq_len = 128, d_model = 256, heads = 8, d_ff = 1024;
   bool scan = false;
+  std::string opt_state = "replicated";  // lm: Adam's moments replicated like the weights, or sharded
   int steps = 20;
   int warmup = 3;
   std::uint64_t seed = 0;
@@ -635,8 +638,12 @@ struct Measured {
   // Of them, the forward products' that read a weight (the MLP; 0 for the transformer): each
   // weight's share is in proportion to its block.
   double forward_flops_per_rank = 0;
-  double local_params = 0;     // fp32 parameters one rank updates
+  double local_params = 0;     // fp32 parameters one rank holds
   std::vector<std::int64_t> local_blocks;  // their blocks' sizes, one per parameter
+  // The elements of the optimizer's state one rank updates, and their blocks: the parameters'
+  // unless the state is split further than they are (--opt-state sharded, ZeRO's first stage).
+  double state_params = 0;
+  std::vector<std::int64_t> state_blocks;
   std::int64_t m = 0, n = 0, k = 0;  // the GEMM whose rate the floor uses
   // The MLP: its products' three shapes (forward, input and weight gradient) are measured and
   // the fastest rate counts. False (the transformer): the forward product's rate.
@@ -735,6 +742,8 @@ Measured run_mlp(const Options& o, int world_size, const BeforeState& before_sta
   w.forward_flops_per_rank = w.flops_per_rank * 2.0 * o.layers / matmuls;
   w.local_params = local_param_count(infos, mesh_shape);
   w.local_blocks = local_block_sizes(infos, mesh_shape);
+  w.state_params = w.local_params;
+  w.state_blocks = w.local_blocks;
   // The GEMM of the step's forward matmul on one rank: [B/data, d] x [d, d/model].
   w.m = o.batch / data_size;
   w.n = o.depth / model_size;
@@ -787,6 +796,12 @@ Measured run_lm(const Options& o, int world_size, const BeforeState& before_stat
   w.flops_per_rank = 3.0 * forward / static_cast<double>(world_size);
   w.local_params = local_param_count(infos, mesh_shape);
   w.local_blocks = local_block_sizes(infos, mesh_shape);
+  const Axes shard_over = o.opt_state == "sharded" ? models::Transformer::batch_axes(mesh_shape) : Axes{};
+  for (const auto& info : infos) {
+    const Spec state = nn::sharded_state_spec(info.spec, mesh_shape, info.shape, shard_over);
+    w.state_blocks.push_back(numel(max_local_shape(state, mesh_shape, info.shape)));
+    w.state_params += static_cast<double>(w.state_blocks.back());
+  }
   w.m = o.batch * o.seq_len / token_shards;
   w.n = o.d_ff / size_of(models::kModelAxis);
   w.k = o.d_model;
@@ -794,7 +809,8 @@ Measured run_lm(const Options& o, int world_size, const BeforeState& before_stat
   before_state(w);
 
   Mesh mesh = Mesh::world(mesh_shape);
-  const nn::Optimizer optimizer = nn::adam(1e-3);
+  nn::Optimizer optimizer = nn::adam(1e-3);
+  optimizer.shard_state_over = shard_over;
   nn::TrainState state = nn::create_train_state(nn::init_params(infos, mesh, o.seed), optimizer);
   // Bytes drawn from the RNG (the step's time does not depend on the text).
   const RngKey key = rng_key(o.seed, "bench_train/tokens");
@@ -865,10 +881,10 @@ void measure_all_at_once(const Options& o, const Measured& w, const Footprints& 
   const std::size_t copy_bytes = static_cast<std::size_t>(o.copy_mib) << 20;
   f.copy_all = placed(f.copy_all_at, [&] { return measure_copy_bandwidth(copy_bytes, secs, Measure::all_at_once); });
   f.stream_all = placed(f.stream_all_at, [&] {
-    return measure_stream_bandwidth(w.local_blocks, true, copies.adam_all, secs, Measure::all_at_once);
+    return measure_stream_bandwidth(w.state_blocks, true, copies.adam_all, secs, Measure::all_at_once);
   });
   f.rows_all = placed(f.rows_all_at, [&] {
-    return measure_stream_bandwidth(w.local_blocks, false, copies.rows_all, secs, Measure::all_at_once);
+    return measure_stream_bandwidth(w.state_blocks, false, copies.rows_all, secs, Measure::all_at_once);
   });
   f.read_all = placed(f.read_all_at, [&] {
     return measure_read_bandwidth(w.local_blocks, copies.read_all, secs, Measure::all_at_once);
@@ -887,8 +903,8 @@ FloorRates measure_floor_rates(const Options& o, const Measured& w, const Footpr
   f.whole = whole_batch ? measure_gemm_rates(o.batch, w.n, w.k, true, secs, Measure::alone) : f.rates;
   const std::size_t copy_bytes = static_cast<std::size_t>(o.copy_mib) << 20;
   f.copy_alone = measure_copy_bandwidth(copy_bytes, secs, Measure::alone);
-  f.stream_alone = measure_stream_bandwidth(w.local_blocks, true, copies.adam_alone, secs, Measure::alone);
-  f.rows_alone = measure_stream_bandwidth(w.local_blocks, false, copies.rows_alone, secs, Measure::alone);
+  f.stream_alone = measure_stream_bandwidth(w.state_blocks, true, copies.adam_alone, secs, Measure::alone);
+  f.rows_alone = measure_stream_bandwidth(w.state_blocks, false, copies.rows_alone, secs, Measure::alone);
   f.read_alone = measure_read_bandwidth(w.local_blocks, copies.read_alone, secs, Measure::alone);
   measure_all_at_once(o, w, copies, f);
   return f;
@@ -1028,6 +1044,7 @@ int run(const Options& o, int world_rank, int world_size) {
     throw UsageError("--seq-len, --d-model, --heads and --d-ff must be >= 1");
   }
   if (!o.strategy.empty() && o.model != "mlp") throw UsageError("--strategy applies to --model mlp only");
+  if (o.opt_state != "replicated" && o.model != "lm") throw UsageError("--opt-state applies to --model lm only");
   if (!o.strategy.empty() && !o.mesh.empty()) throw UsageError("--strategy and --mesh exclude each other");
   // The floor's rates are measured twice, before the model's state exists and after its steps
   // (the all-at-once rates up to kPlacementTries times more), and each counts at its fastest: a
@@ -1036,7 +1053,7 @@ int run(const Options& o, int world_rank, int world_size) {
   FloorRates before;
   Footprints copies;
   const BeforeState measure_before = [&](const Measured& plan) {
-    copies = footprints(plan.local_blocks);
+    copies = footprints(plan.state_blocks, plan.local_blocks);
     before = measure_floor_rates(o, plan, copies);
     apps::reset_peak_rss();  // the peak printed is the model's, not the floor's arrays'
   };
@@ -1065,7 +1082,8 @@ int run(const Options& o, int world_rank, int world_size) {
   const MeshShape& mesh_shape = w.mesh;
   const std::vector<double>& ms = w.ms;
   const double flops_per_rank = w.flops_per_rank;
-  const double bytes_per_rank = 28.0 * w.local_params;
+  // Adam's 28 bytes an element of the state this rank updates.
+  const double bytes_per_rank = 28.0 * w.state_params;
   const std::int64_t m = w.m, n = w.n, k = w.k;
   const double share = std::max(1.0, ranks_per_core());
   const Floor floor = floor_at(f, w, bytes_per_rank, share);
@@ -1098,9 +1116,10 @@ int run(const Options& o, int world_rank, int world_size) {
     return std::string(text);
   };
   const auto gbps_placed = [&](double rate) { return json(rate > 0 ? rate / 1e9 : std::nan("")); };
-  // MiB of arrays each measuring rank streamed: its parameter blocks' streams, `n` times over.
-  const auto footprint_mib = [&](double bytes_per_element, int n) {
-    return bytes_per_element * w.local_params * n / (1 << 20);
+  // MiB of arrays each measuring rank streamed: its state's (or, reading, its weights') blocks'
+  // streams, `n` times over.
+  const auto footprint_mib = [&](double bytes_per_element, int n, double elements) {
+    return bytes_per_element * elements * n / (1 << 20);
   };
 
   if (root) {
@@ -1122,18 +1141,21 @@ int run(const Options& o, int world_rank, int world_size) {
     std::printf(
         "{\"bench\":\"adam_stream\",\"ranks\":%d,\"elements\":%lld,\"gb_per_s_per_rank\":%.3f,\"gb_per_s_alone\":%.3f,"
         "\"footprint_mib_per_rank\":%.3f,\"footprint_mib_alone\":%.3f,\"gb_per_s_per_rank_same_placement\":%s}\n",
-        world_size, static_cast<long long>(w.local_params), f.stream_all / 1e9, f.stream_alone / 1e9,
-        footprint_mib(16, copies.adam_all), footprint_mib(16, copies.adam_alone), gbps_placed(placed.stream_all).c_str());
+        world_size, static_cast<long long>(w.state_params), f.stream_all / 1e9, f.stream_alone / 1e9,
+        footprint_mib(16, copies.adam_all, w.state_params), footprint_mib(16, copies.adam_alone, w.state_params),
+        gbps_placed(placed.stream_all).c_str());
     std::printf(
         "{\"bench\":\"rows_stream\",\"ranks\":%d,\"elements\":%lld,\"gb_per_s_per_rank\":%.3f,\"gb_per_s_alone\":%.3f,"
         "\"footprint_mib_per_rank\":%.3f,\"footprint_mib_alone\":%.3f,\"gb_per_s_per_rank_same_placement\":%s}\n",
-        world_size, static_cast<long long>(w.local_params), f.rows_all / 1e9, f.rows_alone / 1e9,
-        footprint_mib(12, copies.rows_all), footprint_mib(12, copies.rows_alone), gbps_placed(placed.rows_all).c_str());
+        world_size, static_cast<long long>(w.state_params), f.rows_all / 1e9, f.rows_alone / 1e9,
+        footprint_mib(12, copies.rows_all, w.state_params), footprint_mib(12, copies.rows_alone, w.state_params),
+        gbps_placed(placed.rows_all).c_str());
     std::printf(
         "{\"bench\":\"read_stream\",\"ranks\":%d,\"elements\":%lld,\"gb_per_s_per_rank\":%.3f,\"gb_per_s_alone\":%.3f,"
         "\"footprint_mib_per_rank\":%.3f,\"footprint_mib_alone\":%.3f,\"gb_per_s_per_rank_same_placement\":%s}\n",
         world_size, static_cast<long long>(w.local_params), f.read_all / 1e9, f.read_alone / 1e9,
-        footprint_mib(4, copies.read_all), footprint_mib(4, copies.read_alone), gbps_placed(placed.read_all).c_str());
+        footprint_mib(4, copies.read_all, w.local_params), footprint_mib(4, copies.read_alone, w.local_params),
+        gbps_placed(placed.read_all).c_str());
     char sizes[160];
     if (o.model == "mlp") {
       std::snprintf(sizes, sizeof sizes, "\"depth\":%lld", static_cast<long long>(o.depth));
@@ -1146,8 +1168,8 @@ int run(const Options& o, int world_rank, int world_size) {
         "{\"bench\":\"train_step\",\"model\":\"%s\",\"mesh\":\"%s\",\"ranks\":%d,\"batch\":%lld,\"layers\":%d,%s,"
         "\"scan\":%s,\"steps\":%d,\"untimed_steps\":%d,\"ms_median\":%.3f,\"ms_min\":%.3f,\"ms_max\":%.3f,\"floor_ms\":%.3f,"
         "\"ratio\":%.3f,\"compute_floor_ms\":%.3f,\"memory_floor_ms\":%.3f,\"ranks_per_core\":%.3f,"
-        "\"gflop_per_rank\":%.4f,\"mb_per_rank\":%.3f,\"strategy\":\"%s\","
-        "\"params_per_rank\":%.0f,\"comm_mb_per_rank\":%.3f,\"row_updates\":%zu,\"one_pass_updates\":%zu,"
+        "\"gflop_per_rank\":%.4f,\"mb_per_rank\":%.3f,\"strategy\":\"%s\",\"opt_state\":\"%s\","
+        "\"params_per_rank\":%.0f,\"state_params_per_rank\":%.0f,\"comm_mb_per_rank\":%.3f,\"row_updates\":%zu,\"one_pass_updates\":%zu,"
         "\"row_overlap_ms\":%.3f,\"forward_overlap_ms\":%.3f,\"row_params_per_rank\":%.0f,\"peak_rss_mb\":%.1f,"
         "\"floor_ms_slower_rates\":%.3f,\"cpu_pair_ns\":%.1f,\"rate_sets\":%zu,\"steps_same_placement\":%zu,"
         "\"floor_ms_same_placement\":%s,\"ratio_same_placement\":%s}\n",
@@ -1155,8 +1177,8 @@ int run(const Options& o, int world_rank, int world_size) {
         sizes, o.scan ? "true" : "false", o.steps, w.untimed_steps, med,
         *std::min_element(ms.begin(), ms.end()), *std::max_element(ms.begin(), ms.end()), floor_ms, med / floor_ms,
         compute_floor_ms, memory_floor_ms, share,
-        flops_per_rank / 1e9, bytes_per_rank / 1e6, o.strategy.empty() ? "mesh" : o.strategy.c_str(), w.local_params,
-        w.comm_bytes / 1e6, w.row_updates.size(),
+        flops_per_rank / 1e9, bytes_per_rank / 1e6, o.strategy.empty() ? "mesh" : o.strategy.c_str(),
+        o.opt_state.c_str(), w.local_params, w.state_params, w.comm_bytes / 1e6, w.row_updates.size(),
         static_cast<std::size_t>(std::count_if(w.row_updates.begin(), w.row_updates.end(),
                                                [](const nn::RowUpdate& u) { return u.one_pass; })),
         floor.row_overlap_ms, floor.forward_overlap_ms, floor.row_params, peak_rss / 1e6, slower_floor_ms, step_ns,
@@ -1190,6 +1212,11 @@ int main(int argc, char** argv) {
   app.add_option("--heads", o.heads, "lm: attention heads")->capture_default_str();
   app.add_option("--d-ff", o.d_ff, "lm: MLP width")->capture_default_str();
   app.add_flag("--scan", o.scan, "stacked layers run by a scan");
+  app.add_option("--opt-state", o.opt_state,
+                 "lm: Adam's moments replicated like their weights, or sharded over the data and seq axes that "
+                 "replicate them (train_lm --opt-state)")
+      ->check(CLI::IsMember({"replicated", "sharded"}))
+      ->capture_default_str();
   app.add_option("--steps", o.steps, "timed steps (median reported)")->capture_default_str();
   app.add_option("--warmup", o.warmup, "untimed steps first")->capture_default_str();
   app.add_option("--seed", o.seed, "parameter seed")->capture_default_str();

@@ -50,6 +50,7 @@ struct Options {
   bool scan = false;
   std::string dtype = "f32";  // compute dtype: f32, or bf16 (f32 parameters and Adam, bf16 compute)
   bool remat = false;         // rematerialise each block
+  std::string opt_state = "replicated";  // Adam's moments: replicated like the weights, or sharded (ZeRO-1)
   std::int64_t steps = 300;
   double lr = 3e-3;
   std::uint64_t seed = 0;
@@ -340,6 +341,7 @@ int run(const Options& o, int world_rank) {
     std::cout << "train_lm: " << mesh.to_string() << " over " << mesh.size() << " ranks\n"
               << "model: byte-level transformer(layers=" << o.layers << ", d_model=" << o.d_model << ", heads=" << o.heads
               << ", d_ff=" << o.d_ff << (o.scan ? ", scan" : "") << (o.fsdp ? ", fsdp" : "") << (o.remat ? ", remat per block" : "")
+              << (o.opt_state == "sharded" ? ", Adam's state sharded over the batch's axes" : "")
               << "), dtype " << o.dtype << (config.bf16 ? " (f32 parameters and Adam moments, bf16 compute)" : "")
               << ", batch " << o.batch
               << " x " << o.seq_len << " bytes, adam(lr=" << o.lr << ", 20 warmup steps, 1/sqrt decay), seed " << o.seed << "\n"
@@ -348,7 +350,11 @@ int run(const Options& o, int world_rank) {
               << apps::parameter_table(infos, mesh_shape) << '\n';
   }
 
-  nn::TrainState state = nn::create_train_state(nn::init_params(infos, mesh, o.seed), nn::adam(o.lr));
+  // With --opt-state sharded, each weight's moments split over the batch's axes (ZeRO's first
+  // stage); the step's optimizer (made per step for its learning rate) follows the state's specs.
+  nn::Optimizer initial = nn::adam(o.lr);
+  if (o.opt_state == "sharded") initial.shard_state_over = models::Transformer::batch_axes(mesh_shape);
+  nn::TrainState state = nn::create_train_state(nn::init_params(infos, mesh, o.seed), initial);
   std::int64_t last_saved = -1;
   if (resume_file) {
     restore_train_state_into(*resume_file, state);
@@ -473,6 +479,12 @@ int main(int argc, char** argv) {
   app.add_option("--layers", o.layers, "transformer blocks")->capture_default_str();
   app.add_flag("--fsdp", o.fsdp, "split every weight's d_model dimension over data (gathered before use)");
   app.add_flag("--scan", o.scan, "stacked blocks with a leading layers dimension, run by a scan");
+  app.add_option("--opt-state", o.opt_state,
+                 "Adam's moments: replicated (each like its weight) or sharded (each split further over the data and "
+                 "seq axes that replicate its weight: every replica updates its part, then the weight is all-gathered; "
+                 "ZeRO stage 1)")
+      ->check(CLI::IsMember({"replicated", "sharded"}))
+      ->capture_default_str();
   app.add_option("--dtype", o.dtype,
                  "compute dtype: f32, or bf16 (f32 parameters and Adam moments; bf16 matmuls, activations and "
                  "collectives; softmax and loss in f32)")

@@ -38,6 +38,14 @@ Tensor all_gather(const Mesh& mesh, const Tensor& local, const Axes& axes, int d
 Tensor all_gather(const Mesh& mesh, const Tensor& local, const Axes& axes, int dim,
                   const std::vector<std::int64_t>& extents);
 
+// all_gather into the gathered tensor itself: `whole` holds this rank's block, extents[k] along
+// `dim` at the offset of the extents before it, in place, and receives every other rank's block
+// at its place. `dim` must be outermost (the dimensions before it of extent 1), so that blocks
+// are consecutive in memory; else ShapeError. Used where a rank updated its part of a block that
+// all ranks of the group hold (ZeRO's first stage, nn::Optimizer::shard_state_over).
+void all_gather_in_place(const Mesh& mesh, Tensor& whole, const Axes& axes, int dim,
+                         const std::vector<std::int64_t>& extents);
+
 // Sums the blocks of all ranks, then keeps block axes_rank(axes) of n along `dim`, by the block
 // rule of core/spec.h (blocks of ceil(size / n), the trailing ones short or empty). Each element
 // is the sum in rank order of the ranks' values (an all-to-all to the block's owner, which adds:

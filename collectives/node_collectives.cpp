@@ -57,6 +57,24 @@ bool node_all_gather(const void* send, void* recv, const BlockLayout& layout, co
   return true;
 }
 
+bool node_all_gather_in_place(void* whole, const std::vector<std::int64_t>& starts,
+                              const std::vector<std::int64_t>& sizes, const Communicator& comm) {
+  NodeChannel* channel = comm.node_channel();
+  if (channel == nullptr) return false;
+  const int n = channel->size(), me = channel->rank();
+  const std::int64_t total = starts[n - 1] + sizes[n - 1];
+  // The pieces lie in the region at their offsets in `whole` (the same total on every rank).
+  if (total > channel->slot_bytes() * n) return false;
+  auto* out = static_cast<std::byte*>(whole);
+  std::memcpy(channel->region() + starts[me], out + starts[me], static_cast<std::size_t>(sizes[me]));
+  channel->barrier();
+  const std::byte* region = channel->previous_region();
+  std::memcpy(out, region, static_cast<std::size_t>(starts[me]));
+  const std::int64_t after = starts[me] + sizes[me];
+  std::memcpy(out + after, region + after, static_cast<std::size_t>(total - after));
+  return true;
+}
+
 bool node_reduce_scatter(const void* send, void* recv, const std::vector<int>& counts, DType dtype,
                          const Communicator& comm) {
   NodeChannel* channel = comm.node_channel();

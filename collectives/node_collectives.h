@@ -21,6 +21,10 @@ bool node_all_reduce(const void* send, void* recv, std::int64_t count, DType dty
                      ReduceOp op);
 // recv (laid out as `layout`: n blocks of layout.block_bytes()) receives every rank's block.
 bool node_all_gather(const void* send, void* recv, const BlockLayout& layout, const Communicator& comm);
+// `whole` holds n pieces one after another, rank k's `sizes[k]` bytes at `starts[k]` (starts
+// increasing, the pieces adjacent); this rank's is in place: every other rank's is copied in.
+bool node_all_gather_in_place(void* whole, const std::vector<std::int64_t>& starts,
+                              const std::vector<std::int64_t>& sizes, const Communicator& comm);
 // send is piece k (counts[k] elements) for rank k, consecutively; recv = the sum over ranks, in
 // rank order, of their piece for this rank.
 bool node_reduce_scatter(const void* send, void* recv, const std::vector<int>& counts, DType dtype,

@@ -9,6 +9,7 @@
 #include "collectives/collectives.h"
 #include "collectives/comm_stats.h"
 #include "collectives/layout.h"
+#include "collectives/node_collectives.h"
 #include "core/error.h"
 #include "mesh/mpi_check.h"
 
@@ -143,6 +144,37 @@ Tensor all_gather(const Mesh& mesh, const Tensor& local, const Axes& axes, int d
             "MPI_Allgatherv (all_gather)");
   if (!layout.consecutive()) detail::unpack_var(packed.raw(), out.raw(), layout);
   return out;
+}
+
+void all_gather_in_place(const Mesh& mesh, Tensor& whole, const Axes& axes, int dim,
+                         const std::vector<std::int64_t>& extents) {
+  const Communicator& comm = mesh.axes_comm(axes);
+  const int n = comm.size();
+  const VarLayout layout = detail::var_layout(whole.shape(), whole.dtype(), dim, extents, "all_gather_in_place");
+  if (layout.n() != n) {
+    throw ShapeError("all_gather_in_place: " + std::to_string(layout.n()) + " block extents for a group of " +
+                     std::to_string(n) + " ranks");
+  }
+  if (!layout.consecutive()) {
+    throw ShapeError("all_gather_in_place: dimension " + std::to_string(dim) + " of shape " +
+                     shape_to_string(whole.shape()) + " is not outermost (a dimension before it is longer than 1)");
+  }
+  const CommTimer timer;
+  const int me = comm.rank();
+  CommStats::global().record({CommOp::all_gather, axes, dim, (n - 1) * extents[me] * layout.row});
+  if (n == 1 || layout.row == 0 || whole.numel() == 0) return;
+  std::vector<std::int64_t> starts(n), sizes(n);
+  for (int k = 0; k < n; ++k) {
+    starts[k] = layout.starts[k] * layout.row;
+    sizes[k] = extents[k] * layout.row;
+  }
+  if (detail::node_all_gather_in_place(whole.raw(), starts, sizes, comm)) return;
+  std::vector<int> counts, displs;
+  detail::counts_and_displs(extents, &counts, &displs, "all_gather_in_place");
+  const detail::MpiType row = detail::contiguous_type(layout.row, "all_gather_in_place");
+  check_mpi(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, whole.raw(), counts.data(), displs.data(), row.get(),
+                           comm.handle()),
+            "MPI_Allgatherv (all_gather_in_place)");
 }
 
 Tensor reduce_scatter(const Mesh& mesh, const Tensor& local, const Axes& axes, int dim,

@@ -105,6 +105,14 @@ Spec Transformer::weight_spec(const WeightDecl& weight, const MeshShape& mesh) c
 
 Spec Transformer::token_spec(const MeshShape& mesh) { return spec_on(mesh, {kDataAxis, kSeqAxis}); }
 
+Axes Transformer::batch_axes(const MeshShape& mesh) {
+  Axes out;
+  for (const char* axis : {kDataAxis, kSeqAxis}) {
+    if (mesh.has_axis(axis)) out.push_back(axis);
+  }
+  return out;
+}
+
 Spec Transformer::activation_spec(const MeshShape& mesh) { return spec_on(mesh, {kDataAxis, kSeqAxis, nullptr}); }
 
 void Transformer::validate(const MeshShape& mesh, const Shape& tokens) const {

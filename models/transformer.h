@@ -109,6 +109,10 @@ struct Transformer {
   // mesh lacks dropped).
   static Spec token_spec(const MeshShape& mesh);
   static Spec activation_spec(const MeshShape& mesh);
+  // The axes that split the batch (data, seq; those the mesh has): a weight that does not use
+  // them is replicated over them, and its optimizer state may be split over them
+  // (nn::Optimizer::shard_state_over; train_lm --opt-state sharded).
+  static Axes batch_axes(const MeshShape& mesh);
 
   // The forward pass: logits [batch, seq, vocab] split over (data, seq, model).
   nn::Var logits(const nn::ParamView& params, const ShardedTensor& tokens) const;

@@ -2,9 +2,12 @@
 // nu and writes p, mu, nu: the 28 bytes per f32 parameter of the performance model).
 #include "nn/optim.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
+#include "collectives/collectives.h"
+#include "collectives/reshard.h"
 #include "core/error.h"
 
 namespace tessera::nn {
@@ -20,21 +23,65 @@ void sgd_block(T* p, const T* g, T* trace, std::int64_t n, T lr, T momentum, boo
   }
 }
 
-void check_grad(const std::string& path, const ShardedTensor& p, const ShardedTensor& g) {
-  if (!(g.spec() == p.spec()) || g.global_shape() != p.global_shape() || g.dtype() != p.dtype()) {
-    throw ShapeError("optimizer: gradient of '" + path + "' is " + g.describe() + ", parameter is " + p.describe());
+// A gradient in the parameter's spec or in its state's (`state`).
+void check_grad(const std::string& path, const ShardedTensor& p, const ShardedTensor& g, const Spec& state) {
+  if (!(g.spec() == p.spec() || g.spec() == state) || g.global_shape() != p.global_shape() || g.dtype() != p.dtype()) {
+    throw ShapeError("optimizer: gradient of '" + path + "' is " + g.describe() + ", parameter is " + p.describe() +
+                     (state == p.spec() ? "" : " with its state in " + state.to_string()));
   }
 }
 
 }  // namespace
 
+Spec sharded_state_spec(const Spec& param, const MeshShape& mesh, const Shape& global, const Axes& over) {
+  const Axes used = param.used_axes();
+  Axes extra;
+  std::int64_t ways = 1;
+  for (const std::string& axis : over) {
+    if (!mesh.has_axis(axis)) {
+      throw SpecError("optimizer state: axis '" + axis + "' to split it over is not an axis of the mesh (" +
+                      mesh.to_string() + ")");
+    }
+    if (std::count(over.begin(), over.end(), axis) > 1) {
+      throw SpecError("optimizer state: axis '" + axis + "' to split it over is named twice");
+    }
+    if (std::find(used.begin(), used.end(), axis) != used.end() || mesh.axis_size(axis) == 1) continue;
+    extra.push_back(axis);
+    ways *= mesh.axis_size(axis);
+  }
+  if (extra.empty()) return param;
+  Spec spec = param.padded(static_cast<int>(global.size()));
+  for (const bool even : {true, false}) {
+    for (int d = 0; d < spec.ndim(); ++d) {
+      const std::int64_t outer = shard_count(spec, mesh, d), n = global[d];
+      if (even ? n % (outer * ways) == 0 : n >= outer * ways && blocks_nest(n, outer, ways)) {
+        spec.dims[d].insert(spec.dims[d].end(), extra.begin(), extra.end());
+        return spec;
+      }
+    }
+  }
+  return param;
+}
+
+Spec Optimizer::state_spec(const ShardedTensor& param) const {
+  return sharded_state_spec(param.spec(), param.mesh().shape(), param.global_shape(), shard_state_over);
+}
+
 OptState Optimizer::init(const ParamTree& params) const {
+  // A zero moment of each parameter, in its state's spec.
+  const auto zeros = [&] {
+    ParamTree out;
+    for (const auto& [path, value] : params) {
+      out.emplace(path, ShardedTensor::zeros(value.mesh(), state_spec(value), value.global_shape(), value.dtype(), path));
+    }
+    return out;
+  };
   OptState s;
   if (kind == Kind::sgd) {
-    if (momentum != 0.0) s.mu = zeros_like(params);
+    if (momentum != 0.0) s.mu = zeros();
   } else {
-    s.mu = zeros_like(params);
-    s.nu = zeros_like(params);
+    s.mu = zeros();
+    s.nu = zeros();
   }
   return s;
 }
@@ -48,17 +95,18 @@ AdamConstants<T> Optimizer::adam_constants(const OptState& state) const {
           T(kind == Kind::adamw ? weight_decay : 0.0)};
 }
 
-// Elements [begin, begin + count) of parameter `path`'s local block and of its state, updated
-// from `g` (those elements of the gradient, in the parameter's dtype).
+// Elements [begin, begin + count) of parameter `path`'s state and [param_begin, param_begin +
+// count) of its local block (param_begin < 0: the same as the state's), updated from `g` (those
+// elements of the gradient, in the parameter's dtype).
 void Optimizer::update_elements(const std::string& path, ShardedTensor& p, OptState& state, std::int64_t begin,
-                                std::int64_t count, const void* g) const {
+                                std::int64_t count, const void* g, std::int64_t param_begin) const {
   // Named references, not a structured binding: the dispatch lambda below captures them, which
   // clang before 16 refuses for bindings (the fuzz build compiles with clang 14).
   dispatch_dtype(p.dtype(), [&](auto zero) {
     using T = decltype(zero);
     if constexpr (std::is_floating_point_v<T>) {
       const T* grad = static_cast<const T*>(g);
-      T* param = p.local().template data<T>() + begin;
+      T* param = p.local().template data<T>() + (param_begin < 0 ? begin : param_begin);
       if (kind == Kind::sgd) {
         T* trace = momentum != 0.0 ? state.mu.at(path).local().template data<T>() + begin : nullptr;
         sgd_block<T>(param, grad, trace, count, T(learning_rate), T(momentum), nesterov);
@@ -74,8 +122,58 @@ void Optimizer::update_elements(const std::string& path, ShardedTensor& p, OptSt
 
 void Optimizer::update_param(const std::string& path, ShardedTensor& p, const ShardedTensor& g,
                              OptState& state) const {
-  check_grad(path, p, g);
-  update_elements(path, p, state, 0, p.local().numel(), g.local().raw());
+  // The state's spec, from the state itself: the spec it was created (or restored) in.
+  const ParamTree* moments = !state.mu.empty() ? &state.mu : nullptr;
+  const auto found = moments != nullptr ? moments->find(path) : ParamTree::const_iterator{};
+  const Spec& spec = moments != nullptr && found != moments->end() ? found->second.spec() : p.spec();
+  check_grad(path, p, g, spec);
+  if (spec == p.spec()) {
+    update_elements(path, p, state, 0, p.local().numel(), g.local().raw());
+    return;
+  }
+  // ZeRO's first stage: this replica's part of the parameter, updated from the same part of the
+  // gradient (a slice where the gradient comes in the parameter's spec), then gathered back over
+  // the axes the state's spec adds.
+  const ShardedTensor g_part = g.spec() == spec ? ShardedTensor() : reshard(g, spec);
+  const ShardedTensor& grad = g.spec() == spec ? g : g_part;
+  const MeshShape& mesh = p.mesh().shape();
+  const Spec have = p.spec().padded(p.ndim()), want = spec.padded(p.ndim());
+  // Where the state's spec adds axes to one dimension d (as state_spec does) whose blocks tile
+  // the parameter's block along d, and no dimension before d is longer than 1 in the block, the
+  // part is a run of the block: it is updated there and gathered in place.
+  int d = -1;
+  bool in_place = true;
+  for (int k = 0; k < p.ndim() && in_place; ++k) {
+    if (have.dims[k] == want.dims[k]) continue;
+    const Axes& a = have.dims[k];
+    in_place = d < 0 && want.dims[k].size() > a.size() && std::equal(a.begin(), a.end(), want.dims[k].begin());
+    d = k;
+  }
+  in_place = in_place && d >= 0;
+  const Tensor& block = p.local();
+  for (int k = 0; in_place && k < d; ++k) in_place = block.shape()[k] == 1;
+  if (in_place) {
+    const Axes extra(want.dims[d].begin() + static_cast<std::ptrdiff_t>(have.dims[d].size()), want.dims[d].end());
+    const std::vector<int> coords = p.mesh().coords();
+    const std::vector<std::int64_t> extents =
+        group_block_extents(want, mesh, p.global_shape(), d, extra, coords);
+    std::int64_t sum = 0;
+    for (const std::int64_t e : extents) sum += e;
+    if (sum == block.shape()[d]) {
+      std::int64_t inner = 1;
+      for (int k = d + 1; k < p.ndim(); ++k) inner *= block.shape()[k];
+      const std::int64_t offset = block_offsets(want, mesh, p.global_shape(), coords)[d] -
+                                  block_offsets(have, mesh, p.global_shape(), coords)[d];
+      update_elements(path, p, state, 0, grad.local().numel(), grad.local().raw(), offset * inner);
+      all_gather_in_place(p.mesh(), p.local(), extra, d, extents);
+      return;
+    }
+  }
+  // Any other split of the state (one restored or made by hand): a copy of the part, updated,
+  // then resharded back.
+  ShardedTensor part = reshard(p, spec);
+  update_elements(path, part, state, 0, part.local().numel(), grad.local().raw());
+  p = reshard(std::move(part), p.spec());
 }
 
 bool Optimizer::update_param_rows(const std::string& path, ShardedTensor& p, RowGradient& g, OptState& state) const {
@@ -84,6 +182,14 @@ bool Optimizer::update_param_rows(const std::string& path, ShardedTensor& p, Row
       (p.local().ndim() > 0 && p.local().shape()[0] != rows)) {
     throw ShapeError("optimizer: gradient of '" + path + "' comes in " + std::to_string(rows) + " rows of " +
                      std::to_string(width) + " f32, parameter is " + p.describe());
+  }
+  if (!state.mu.empty() && !(state.mu.at(path).spec() == p.spec())) {
+    // A state split further than its parameter: the rows make the whole block's gradient, which
+    // update_param then takes in part.
+    Tensor whole = Tensor::empty(p.local().shape(), DType::f32);
+    if (rows > 0) g.produce(0, rows, whole.data<float>());
+    update_param(path, p, ShardedTensor(p.mesh(), p.spec(), p.global_shape(), std::move(whole), path), state);
+    return false;
   }
   if (kind != Kind::sgd && rows > 0 &&
       g.produce_adam(0, rows, p.local().data<float>(), state.mu.at(path).local().data<float>(),

@@ -62,9 +62,13 @@ using ApplyGradient = std::function<void(const std::string& path, ShardedTensor&
 // The same, for a gradient an op hands over in rows (GradOptions::ready_rows).
 using ApplyRows = std::function<void(const std::string& path, ShardedTensor& param, RowGradient& grad)>;
 
+// The spec `apply` takes a parameter's gradient in (its state's, train_step's), or null for the
+// parameter's own.
+using GradSpec = std::function<const Spec*(const std::string& path)>;
+
 LossAndGrads value_and_grad_lent(ParamTree& params, const LossFn& loss_fn, const Batch& batch,
                                  const StepOptions& options, const ApplyGradient& apply = {},
-                                 const ApplyRows& apply_rows = {});
+                                 const ApplyRows& apply_rows = {}, const GradSpec& grad_spec = {});
 
 }  // namespace
 
@@ -78,13 +82,15 @@ namespace {
 
 // With `apply` the gradients are not returned: each goes to `apply` during the last microbatch's
 // backward pass, when the tape reaches its parameter (GradOptions::ready), then those the
-// backward never reached (zeros), in the parameters' order. Either way each gradient is the sum
-// of the microbatches' in their order, resharded once and scaled, the same bits. With one
+// backward never reached (zeros), in the parameters' order, each in the spec `grad_spec` gives
+// (a reduce-scatter to its optimizer state's spec where a partial gradient would otherwise be
+// all-reduced). Either way each gradient is the sum of the microbatches' in their order,
+// resharded once and scaled, the same bits. With one
 // microbatch (nothing to sum or scale), a gradient an op can hand over in rows goes to
 // `apply_rows` instead (GradOptions::ready_rows).
 LossAndGrads value_and_grad_lent(ParamTree& params, const LossFn& loss_fn, const Batch& batch,
                                  const StepOptions& options, const ApplyGradient& apply,
-                                 const ApplyRows& apply_rows) {
+                                 const ApplyRows& apply_rows, const GradSpec& grad_spec) {
   const int k = options.microbatches;
   if (k < 1) throw UsageError("microbatches must be >= 1, got " + std::to_string(k));
   LentParams lent(params, true);
@@ -94,6 +100,10 @@ LossAndGrads value_and_grad_lent(ParamTree& params, const LossFn& loss_fn, const
   for (const auto& [path, v] : vars) {
     leaves.push_back(v);
     paths.push_back(&path);
+  }
+  std::vector<const Spec*> wanted_specs(leaves.size(), nullptr);
+  if (grad_spec) {
+    for (std::size_t j = 0; j < leaves.size(); ++j) wanted_specs[j] = grad_spec(*paths[j]);
   }
   std::vector<std::optional<ShardedTensor>> accumulated(leaves.size());
   const auto accumulate = [&](std::size_t j, ShardedTensor g) {
@@ -105,14 +115,15 @@ LossAndGrads value_and_grad_lent(ParamTree& params, const LossFn& loss_fn, const
     }
   };
   const double weight = options.reduction == StepOptions::Reduction::mean ? 1.0 / k : 1.0;
-  // Parameter j's gradient in its spec, from what the microbatches accumulated.
+  // Parameter j's gradient in its spec (or grad_spec's), from what the microbatches accumulated.
   const auto finished = [&](std::size_t j) {
     const ShardedTensor& p = leaves[j].value();
+    const Spec& spec = wanted_specs[j] != nullptr ? *wanted_specs[j] : p.spec();
     ShardedTensor g = accumulated[j] ? std::move(*accumulated[j])
-                                     : ShardedTensor::zeros(p.mesh(), p.spec(), p.global_shape(), p.dtype());
+                                     : ShardedTensor::zeros(p.mesh(), spec, p.global_shape(), p.dtype());
     accumulated[j].reset();
     // The one reduction of each gradient: partial contributions resolved by reshard.
-    if (!(g.spec() == p.spec())) g = reshard(std::move(g), p.spec());
+    if (!(g.spec() == spec)) g = reshard(std::move(g), spec);
     if (weight != 1.0) g.local() = affine(g.local(), weight);
     g.set_name(*paths[j]);
     return g;
@@ -192,9 +203,15 @@ double train_step(TrainState& state, const Optimizer& optimizer, const LossFn& l
           {path, param.local().numel(), grad.input_grad_flops(), grad.weight_grad_flops(), one_pass});
     }
   };
-  const double loss =
-      value_and_grad_lent(state.params, loss_fn, batch, options, apply, options.update_in_rows ? apply_rows : ApplyRows{})
-          .loss;
+  // Each gradient goes to its optimizer state's spec (ZeRO's first stage where the state is
+  // split further than its parameter, Optimizer::shard_state_over).
+  const GradSpec grad_spec = [&](const std::string& path) -> const Spec* {
+    const auto found = state.opt_state.mu.find(path);
+    return found == state.opt_state.mu.end() ? nullptr : &found->second.spec();
+  };
+  const double loss = value_and_grad_lent(state.params, loss_fn, batch, options, apply,
+                                          options.update_in_rows ? apply_rows : ApplyRows{}, grad_spec)
+                          .loss;
   if (!begun) optimizer.begin_step(state.opt_state);  // a model without parameters
   if (options.times != nullptr) {
     options.times->optimizer_seconds = optimizer_seconds;

@@ -120,6 +120,7 @@ expect train_mlp.microbatches_do_not_divide 2 "train_mlp: --microbatches 3 does 
 expect train_mlp.resume_without_dir 2 'train_mlp: --resume, --save-every and --overwrite need --ckpt-dir' mpi "$tm" "${small[@]}" --resume
 expect train_mlp.overwrite_without_dir 2 'train_mlp: --resume, --save-every and --overwrite need --ckpt-dir' mpi "$tm" "${small[@]}" --overwrite
 expect train_lm.dtype_unknown 2 '^--dtype: fp16 not in \{f32,bf16\}$' mpi "$apps/train_lm" --dtype fp16
+expect train_lm.opt_state_unknown 2 '^--opt-state: zero1 not in \{replicated,sharded\}$' mpi "$apps/train_lm" --opt-state zero1
 expect train_mlp.resume_and_overwrite 2 '^train_mlp: --resume and --overwrite exclude each other$' \
   mpi "$tm" "${small[@]}" --resume --overwrite --ckpt-dir "$work/unused"
 expect train_mlp.layers_too_many 2 '^train_mlp: --layers must be <= 10000, got 10001$' mpi "$tm" "${small[@]}" --layers 10001
@@ -186,6 +187,10 @@ expect bench_train.strategy_and_mesh 2 '^bench_train: --strategy and --mesh excl
   mpi "$apps/bench_train" --strategy dp --mesh "$mesh"
 expect bench_train.strategy_lm 2 '^bench_train: --strategy applies to --model mlp only$' \
   mpi "$apps/bench_train" --model lm --strategy tp
+expect bench_train.opt_state_mlp 2 '^bench_train: --opt-state applies to --model lm only$' \
+  mpi "$apps/bench_train" --opt-state sharded
+expect bench_train.opt_state_unknown 2 '^--opt-state: zero1 not in \{replicated,sharded\}$' \
+  mpi "$apps/bench_train" --model lm --opt-state zero1
 if [ "$ranks" -lt 4 ]; then
   expect bench_train.strategy_2d 2 "^bench_train: --strategy 2d needs an even rank count of 4 or more \\(data=2,model=<ranks>/2\\), got $ranks\$" \
     mpi "$apps/bench_train" --strategy 2d

@@ -408,6 +408,51 @@ TEST(Collectives, UnevenBlocksMoveWithVariableCounts) {
   }
 }
 
+// all_gather_in_place: each member writes its block into the gathered tensor at its place (even
+// and uneven extents, some empty, of [total, 5] and of [1, total, 3], whose dimension 1 is
+// outermost in memory) and gets the bits all_gather gives, the other members' places filled and
+// its own left as it was; the record counts what it sent. A dimension after one longer than 1 is
+// refused.
+TEST(Collectives, AllGatherInPlaceFillsTheOtherMembersPlaces) {
+  int checked = 0;
+  for (const auto& shape : meshes_of_size(world_size())) {
+    Mesh mesh = Mesh::world(shape);
+    for (const auto& axes : ordered_subsets(shape)) {
+      const int n = shape.axes_size(axes);
+      const int me = mesh.axes_rank(axes);
+      for (const std::int64_t total : {std::int64_t{3}, std::int64_t{8 * n}, std::int64_t{13}}) {
+        const auto extents = block_extents(total, n);
+        for (const int dim : {0, 1}) {
+          const auto shape_of = [&](std::int64_t e) { return dim == 0 ? Shape{e, 5} : Shape{1, e, 3}; };
+          const auto block = [&](int q) {
+            return extract_block(block_of(member_rank(mesh, axes, q), shape_of(total)), at_dim(dim == 0 ? 2 : 3, dim, 0),
+                                 shape_of(extents[q]));
+          };
+          const Tensor mine = block(me);
+          const Tensor expected = all_gather(mesh, mine, axes, dim, extents);
+          // The gathered tensor holding this member's block and -1 elsewhere.
+          Tensor whole = Tensor::full(shape_of(total), -1.0, DType::f32);
+          insert_block(whole, mine, at_dim(dim == 0 ? 2 : 3, dim, block_begin(total, n, me)));
+          CommScope scope;
+          all_gather_in_place(mesh, whole, axes, dim, extents);
+          EXPECT_TRUE(whole.bit_equal(expected)) << shape.to_string() << " dim " << dim << " of " << total;
+          ASSERT_EQ(scope.records().size(), 1u);
+          EXPECT_EQ(scope.records()[0],
+                    (CommRecord{CommOp::all_gather, axes, dim, (n - 1) * static_cast<std::int64_t>(mine.nbytes())}));
+          ++checked;
+        }
+      }
+    }
+    const std::string axis = shape.names()[0];
+    Tensor inner = Tensor::zeros({2, 3 * shape.sizes()[0]}, DType::f32);
+    expect_error<ShapeError>(
+        [&] { all_gather_in_place(mesh, inner, {axis}, 1, std::vector<std::int64_t>(shape.sizes()[0], 3)); },
+        "all_gather_in_place: dimension 1 of shape " + shape_to_string(inner.shape()) +
+            " is not outermost (a dimension before it is longer than 1)");
+  }
+  EXPECT_GT(checked, 0);
+}
+
 // Errors that depend only on replicated facts are raised on every rank before any message.
 TEST(Collectives, BadInputIsAnErrorOnEveryRank) {
   for (const auto& shape : meshes_of_size(world_size())) {

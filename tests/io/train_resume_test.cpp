@@ -2,7 +2,8 @@
 // communicator, 5 more: bit-identical), and a state saved on one mesh restores onto every mesh
 // of this rank count with the same global values, optimizer state and step included: the MLP's,
 // and the transformer's on the meshes of data, seq and model (whose next step then gives the
-// saving mesh's loss within f32 rounding).
+// saving mesh's loss within f32 rounding); an optimizer state split over the batch's axes (ZeRO's
+// first stage) restores into a replicated one and the other way round.
 #include <gtest/gtest.h>
 
 #include "io/train_state_io.h"
@@ -104,7 +105,14 @@ std::vector<MeshShape> transformer_meshes(int n) {
   return out;
 }
 
+// The optimizer `opt` with its state split over the batch's axes of `mesh`, or not.
+nn::Optimizer with_state(nn::Optimizer opt, const MeshShape& mesh, bool sharded) {
+  if (sharded) opt.shard_state_over = models::Transformer::batch_axes(mesh);
+  return opt;
+}
+
 TEST(TrainResume, TransformerRestoresBitExactOntoAnotherMesh) {
+ for (const bool saved_sharded : {false, true}) {
   TempDir dir("ckpt");
   const nn::Optimizer opt = nn::adam(1e-2);
   models::TransformerConfig config;
@@ -132,27 +140,37 @@ TEST(TrainResume, TransformerRestoresBitExactOntoAnotherMesh) {
   // Three steps on the first mesh, saved.
   Mesh first = Mesh::world(shapes.front());
   const auto infos = nn::abstract_init(model, first.shape(), {}, tokens_shape);
-  nn::TrainState state = nn::create_train_state(nn::init_params(infos, first, 7), opt);
+  nn::TrainState state =
+      nn::create_train_state(nn::init_params(infos, first, 7), with_state(opt, first.shape(), saved_sharded));
   for (int s = 0; s < 3; ++s) nn::train_step(state, opt, loss, batch_on(first, state.step));
   save_train_state(state, dir.path(), {7, "{}", infos});
   nn::TrainState next = state;
   const double next_loss = nn::train_step(next, opt, loss, batch_on(first, next.step));
   for (const auto& shape : shapes) {
+   for (const bool sharded : {false, true}) {
     Mesh mesh = Mesh::world(shape);
     const auto target_infos = nn::abstract_init(model, shape, {}, tokens_shape);
-    nn::TrainState restored = restore_train_state(dir.path(), abstract_train_state(target_infos, mesh, opt));
+    const nn::Optimizer target_opt = with_state(opt, shape, sharded);
+    nn::TrainState restored = restore_train_state(dir.path(), abstract_train_state(target_infos, mesh, target_opt));
     ASSERT_EQ(restored.step, 3);
-    for (const auto& info : target_infos) EXPECT_EQ(restored.params.at(info.path).spec(), info.spec) << info.path;
+    for (const auto& info : target_infos) {
+      EXPECT_EQ(restored.params.at(info.path).spec(), info.spec) << info.path;
+      EXPECT_EQ(restored.opt_state.mu.at(info.path).spec(), target_opt.state_spec(restored.params.at(info.path)))
+          << info.path;
+    }
     EXPECT_EQ(restored.opt_state.count, 3);
     for (const auto& [path, p] : state.params) {
-      const std::string label = shape.to_string() + " " + path;
+      const std::string label = shape.to_string() + (saved_sharded ? " saved sharded" : "") +
+                                (sharded ? " restored sharded " : " ") + path;
       EXPECT_TRUE(restored.params.at(path).to_global().bit_equal(p.to_global())) << label;
       EXPECT_TRUE(restored.opt_state.mu.at(path).to_global().bit_equal(state.opt_state.mu.at(path).to_global())) << label;
       EXPECT_TRUE(restored.opt_state.nu.at(path).to_global().bit_equal(state.opt_state.nu.at(path).to_global())) << label;
     }
     const double loss_here = nn::train_step(restored, opt, loss, batch_on(mesh, restored.step));
     EXPECT_NEAR(loss_here, next_loss, 1e-5 * next_loss) << shape.to_string();
+   }
   }
+ }
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <optional>
 
+#include "collectives/comm_stats.h"
+#include "collectives/reshard.h"
 #include "models/mlp.h"
 #include "nn/einsum.h"
 #include "nn/optim.h"
@@ -270,6 +272,12 @@ TEST(Gradients, ReadyRowsRefusesAConsumerThatStopsEarly) {
   }
 }
 
+// The batch of train step `step` of the tests below: values in [-0.5, 0.5] that change with it.
+Batch step_batch(const Mesh& mesh, const Spec& spec, const Shape& shape, int step) {
+  return {ShardedTensor::from_fn(
+      mesh, spec, shape, DType::f32, [step](std::int64_t i) { return 0.1 * ((i * 7 + step) % 11) - 0.5; }, "x")};
+}
+
 // Weights updated in rows whose blocks are uneven or empty (3 rows or columns over 4 ranks, 40
 // over 3): train_step (one pass with both products, or panels) gives the bits of whole gradients,
 // for the weights and both moments, step after step.
@@ -297,9 +305,7 @@ TEST(TrainStep, UpdatesInRowsOnUnevenAndEmptyBlocks) {
     StepOptions without_rows = options;
     without_rows.update_in_rows = false;
     for (int step = 0; step < 3; ++step) {
-      const Batch batch{ShardedTensor::from_fn(
-          mesh, Spec::replicated(2), {4, 24}, DType::f32,
-          [step](std::int64_t i) { return 0.1 * ((i * 7 + step) % 11) - 0.5; }, "x")};
+      const Batch batch = step_batch(mesh, Spec::replicated(2), {4, 24}, step);
       const double loss = train_step(rows, opt, loss_fn, batch, options);
       EXPECT_FALSE(times.row_updates.empty()) << label << " step " << step;
       EXPECT_EQ(train_step(whole, opt, loss_fn, batch, without_rows), loss) << label << " step " << step;
@@ -351,9 +357,7 @@ TEST(TrainStep, UpdatesDuringTheBackwardWithTheBitsOfUpdateAfterIt) {
         StepTimes times;
         options.times = &times;
         for (int step = 0; step < 3; ++step) {
-          const Batch batch{ShardedTensor::from_fn(
-              mesh, parse_spec("P(data, None)"), {4 * n, features}, DType::f32,
-              [step](std::int64_t i) { return 0.1 * ((i * 7 + step) % 11) - 0.5; }, "x")};
+          const Batch batch = step_batch(mesh, parse_spec("P(data, None)"), {4 * n, features}, step);
           const double loss = train_step(fused, opt, loss_fn, batch, options);
           LossAndGrads lg = value_and_grad(after.params, loss_fn, batch, options);
           opt.update(after.params, lg.grads, after.opt_state);
@@ -406,6 +410,151 @@ TEST(TrainStep, UpdatesDuringTheBackwardWithTheBitsOfUpdateAfterIt) {
       }
     }
    }
+  }
+}
+
+// sharded_state_spec (ZeRO's first stage): the axes of `over` that the parameter leaves unused and
+// that have more than one rank go, minor, to the first dimension they split evenly, else to the
+// first whose blocks they nest in, else nowhere; unknown and repeated axes are refused.
+TEST(ShardedState, SpecSplitsTheFirstDimensionTheReplicasDivide) {
+  const MeshShape mesh({"data", "seq", "model"}, {2, 2, 2});
+  const Axes over = {"data", "seq"};
+  const auto spec = [&](const char* param, const Shape& shape, const Axes& axes) {
+    return sharded_state_spec(parse_spec(param), mesh, shape, axes).to_string();
+  };
+  EXPECT_EQ(spec("P(None, model)", {256, 1024}, over), "P((data, seq), model)");
+  EXPECT_EQ(spec("P(model, None, None)", {8, 32, 256}, over), "P((model, data, seq), None, None)");
+  // Dimension 0's blocks (3 of 6, over model) do not divide by 4; dimension 1 does.
+  EXPECT_EQ(spec("P(model, None)", {6, 8}, over), "P(model, (data, seq))");
+  // Neither divides: the first whose blocks the replicas' blocks nest in.
+  EXPECT_EQ(spec("P()", {5, 3}, over), "P((data, seq), None)");
+  EXPECT_EQ(spec("P()", {3}, over), "P()");  // 3 rows for 4 replicas: unchanged
+  EXPECT_EQ(spec("P()", {}, over), "P()");   // a scalar
+  // An axis the parameter uses already (FSDP's data) or of size 1 is left out.
+  EXPECT_EQ(spec("P(data, model)", {256, 1024}, over), "P((data, seq), model)");
+  EXPECT_EQ(sharded_state_spec(parse_spec("P(None)"), MeshShape({"data", "model"}, {1, 8}), {64}, {"data"}).to_string(),
+            "P(None)");
+  EXPECT_EQ(spec("P(None)", {64}, {}), "P(None)");
+  EXPECT_EQ(spec("P(None)", {64}, {"seq"}), "P(seq)");
+  try {
+    spec("P(None)", {64}, {"pipe"});
+    ADD_FAILURE() << "no error";
+  } catch (const SpecError& e) {
+    EXPECT_STREQ(e.what(),
+                 "optimizer state: axis 'pipe' to split it over is not an axis of the mesh (data: 2, seq: 2, model: 2)");
+  }
+  try {
+    spec("P(None)", {64}, {"data", "data"});
+    ADD_FAILURE() << "no error";
+  } catch (const SpecError& e) {
+    EXPECT_STREQ(e.what(), "optimizer state: axis 'data' to split it over is named twice");
+  }
+}
+
+// A train step whose optimizer state is split over the axes that replicate the weights gives the
+// bits of one whose state is replicated: the loss, the weights and both moments (gathered),
+// step after step, with one microbatch and two. Meshes: the batch split over data (gradients
+// reduce-scattered to the state, the parts updated in place and gathered), the weights split over
+// model too, and a batch replicated over `rep` (thin weights' gradients in rows, taken whole and
+// updated in part). A state split by hand along an inner dimension (no run of the block: a copy
+// updated, then resharded back) does the same. The sharded step gathers, over the replicas, what
+// their parts of the state cover, more than the replicated step.
+TEST(TrainStep, ShardedOptimizerStateHasTheBitsOfAReplicatedOne) {
+  const int n = testing_support::world_size();
+  std::vector<MeshShape> shapes = {MeshShape({"data", "model"}, {n, 1}), MeshShape({"rep", "model"}, {n, 1})};
+  if (n >= 4) shapes.push_back(MeshShape({"data", "model"}, {2, n / 2}));
+  for (const MeshShape& shape : shapes) {
+    Mesh mesh = Mesh::world(shape);
+    const Axes over = {shape.names()[0]};
+    const bool batch_split = shape.names()[0] == "data";
+    for (const int microbatches : {1, 2}) {
+      for (const bool by_hand : {false, true}) {
+        const std::string label = shape.to_string() + " microbatches " + std::to_string(microbatches) +
+                                  (by_hand ? " by hand" : "");
+        MLP mlp{2, 40, false, false};
+        // The MLP where the batch is split; two plain products where it is replicated (the MLP's
+        // rules would split its activations over data).
+        ParamTree params;
+        if (batch_split) {
+          params = init_params(abstract_init(mlp, shape, tutorial_rules(), {4 * n, 40}), mesh, 5);
+        } else {
+          params.emplace("w1", ShardedTensor::from_global(mesh, parse_spec("P(None, model)"),
+                                                          testing_util::test_values({40, 40}, 2, DType::f32), "w1"));
+          params.emplace("w2", ShardedTensor::from_global(mesh, parse_spec("P(model, None)"),
+                                                          testing_util::test_values({40, 40}, 3, DType::f32), "w2"));
+        }
+        Optimizer sharded_opt = adamw(1e-2, 0.1);
+        sharded_opt.shard_state_over = over;
+        const Optimizer opt = adamw(1e-2, 0.1);
+        TrainState replicated = create_train_state(params, opt);
+        TrainState sharded = create_train_state(params, sharded_opt);
+        std::int64_t part_bytes = 0;  // this rank's bytes of the split states
+        for (const auto& [path, p] : params) {
+          const ShardedTensor& mu = sharded.opt_state.mu.at(path);
+          EXPECT_EQ(mu.spec(), sharded_opt.state_spec(p)) << label << " " << path;
+          EXPECT_EQ(sharded.opt_state.nu.at(path).spec(), mu.spec()) << label << " " << path;
+          if (n > 1) {
+            EXPECT_FALSE(mu.spec() == p.spec()) << label << " " << path;
+          }
+          if (by_hand && p.ndim() == 2 && p.spec().padded(2).dims[1].empty()) {
+            // The state split over the replicas along dimension 1, which the parameter leaves
+            // unsplit.
+            Spec inner = p.spec().padded(2);
+            inner.dims[1] = over;
+            if (!(inner == p.spec())) {
+              for (ParamTree* moments : {&sharded.opt_state.mu, &sharded.opt_state.nu}) {
+                moments->at(path) = tessera::reshard(ShardedTensor::zeros(mesh, p.spec(), p.global_shape(), p.dtype(), path), inner);
+              }
+            }
+          }
+          if (!(sharded.opt_state.mu.at(path).spec() == p.spec())) {
+            part_bytes += static_cast<std::int64_t>(sharded.opt_state.mu.at(path).local().nbytes());
+          }
+        }
+        const LossFn loss_fn = [&](const VarTree& p, const Batch& batch) {
+          const Var y = batch_split ? mlp.apply(ParamView(p), ApplyContext{tutorial_rules()}, Var(batch.x))
+                                    : einsum("bn,nk->bk", relu(einsum("bk,kn->bn", Var(batch.x), p.at("w1"))), p.at("w2"));
+          return sum(mul(y, y));
+        };
+        StepOptions options;
+        options.microbatches = microbatches;
+        StepTimes times;
+        options.times = &times;
+        for (int step = 0; step < 3; ++step) {
+          const Batch batch =
+              step_batch(mesh, batch_split ? parse_spec("P(data, None)") : Spec::replicated(2), {4 * n, 40}, step);
+          // Bytes gathered over the replicas' axes by each step: the sharded step's extra are its
+          // optimizer's.
+          const auto gathered = [&](TrainState& state) {
+            CommScope scope;
+            const double loss = train_step(state, opt, loss_fn, batch, options);
+            // A replicated batch's thin weights come in rows with one microbatch (the sharded
+            // state's taken whole, then in part).
+            if (!batch_split) {
+              EXPECT_EQ(times.row_updates.empty(), microbatches > 1) << label << " step " << step;
+            }
+            std::int64_t bytes = 0;
+            for (const CommRecord& r : scope.records()) {
+              if (r.op == CommOp::all_gather && r.axes == over) bytes += r.bytes;
+            }
+            return std::pair(loss, bytes);
+          };
+          const auto [want, before] = gathered(replicated);
+          const auto [got, after] = gathered(sharded);
+          EXPECT_EQ(got, want) << label << " step " << step;
+          EXPECT_EQ(after - before, (shape.axis_size(over[0]) - 1) * part_bytes) << label << " step " << step;
+        }
+        for (const auto& [path, p] : replicated.params) {
+          EXPECT_TRUE(sharded.params.at(path).local().bit_equal(p.local())) << label << " " << path;
+          EXPECT_EQ(sharded.params.at(path).spec(), p.spec()) << label << " " << path;
+          for (const auto* trees : {&sharded.opt_state.mu, &sharded.opt_state.nu}) {
+            const ParamTree& theirs = trees == &sharded.opt_state.mu ? replicated.opt_state.mu : replicated.opt_state.nu;
+            EXPECT_TRUE(tessera::reshard(trees->at(path), p.spec()).local().bit_equal(theirs.at(path).local()))
+                << label << " " << path;
+          }
+        }
+      }
+    }
   }
 }
 
