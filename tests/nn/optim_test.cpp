@@ -457,8 +457,9 @@ TEST(ShardedState, SpecSplitsTheFirstDimensionTheReplicasDivide) {
 // reduce-scattered to the state, the parts updated in place and gathered), the weights split over
 // model too, and a batch replicated over `rep` (thin weights' gradients in rows, taken whole and
 // updated in part). A state split by hand along an inner dimension (no run of the block: a copy
-// updated, then resharded back) does the same. The sharded step gathers, over the replicas, what
-// their parts of the state cover, more than the replicated step.
+// updated, then resharded back) does the same, and so does Optimizer::update after value_and_grad
+// (gradients in the parameters' specs, sliced to the state's). The sharded step gathers, over the
+// replicas, what their parts of the state cover, more than the replicated step.
 TEST(TrainStep, ShardedOptimizerStateHasTheBitsOfAReplicatedOne) {
   const int n = testing_support::world_size();
   std::vector<MeshShape> shapes = {MeshShape({"data", "model"}, {n, 1}), MeshShape({"rep", "model"}, {n, 1})};
@@ -511,6 +512,8 @@ TEST(TrainStep, ShardedOptimizerStateHasTheBitsOfAReplicatedOne) {
             part_bytes += static_cast<std::int64_t>(sharded.opt_state.mu.at(path).local().nbytes());
           }
         }
+        // The same state updated after value_and_grad, from gradients in the parameters' specs.
+        TrainState later = sharded;
         const LossFn loss_fn = [&](const VarTree& p, const Batch& batch) {
           const Var y = batch_split ? mlp.apply(ParamView(p), ApplyContext{tutorial_rules()}, Var(batch.x))
                                     : einsum("bn,nk->bk", relu(einsum("bk,kn->bn", Var(batch.x), p.at("w1"))), p.at("w2"));
@@ -543,6 +546,16 @@ TEST(TrainStep, ShardedOptimizerStateHasTheBitsOfAReplicatedOne) {
           const auto [got, after] = gathered(sharded);
           EXPECT_EQ(got, want) << label << " step " << step;
           EXPECT_EQ(after - before, (shape.axis_size(over[0]) - 1) * part_bytes) << label << " step " << step;
+          const LossAndGrads lg = value_and_grad(later.params, loss_fn, batch, options);
+          sharded_opt.update(later.params, lg.grads, later.opt_state);
+          EXPECT_EQ(lg.loss, want) << label << " step " << step;
+        }
+        for (const auto& [path, p] : sharded.params) {
+          EXPECT_TRUE(later.params.at(path).local().bit_equal(p.local())) << label << " update after " << path;
+          EXPECT_TRUE(later.opt_state.mu.at(path).local().bit_equal(sharded.opt_state.mu.at(path).local()))
+              << label << " update after " << path;
+          EXPECT_TRUE(later.opt_state.nu.at(path).local().bit_equal(sharded.opt_state.nu.at(path).local()))
+              << label << " update after " << path;
         }
         for (const auto& [path, p] : replicated.params) {
           EXPECT_TRUE(sharded.params.at(path).local().bit_equal(p.local())) << label << " " << path;
