@@ -149,6 +149,55 @@ void pack_rhs_rows(float* __restrict out, const float* __restrict in, Eigen::Ind
 }
 #endif
 
+// The result mapper of Eigen's GEBP kernel for its first pass over a block of a fresh result:
+// the kernel reads each element of C once, adds its product to it and stores it (blas_data_mapper
+// in Eigen's BlasUtil.h, the interface gebp_kernel uses); here every read gives +0, so the kernel
+// stores 0 + product, the bits an accumulation into a zeroed block gives, without the block being
+// zeroed first. A scalar `+=` (the rows past the last packet) stores 0 + its term alike.
+template <class T, class Index>
+class FreshResultMapper {
+ public:
+  class LinearMapper {
+   public:
+    explicit LinearMapper(T* data) : data_(data) {}
+    void prefetch(int i) const { Eigen::internal::prefetch(data_ + i); }
+    template <class Packet>
+    Packet loadPacket(Index) const {
+      return Eigen::internal::pset1<Packet>(T(0));
+    }
+    template <class Packet>
+    void storePacket(Index i, const Packet& p) const {
+      Eigen::internal::pstoreu<T>(data_ + i, p);
+    }
+
+   private:
+    T* data_;
+  };
+  // What `res(i, j) += x` writes: 0 + x.
+  struct Element {
+    T* at;
+    void operator+=(T x) const { *at = T(0) + x; }
+  };
+
+  FreshResultMapper(T* data, Index stride) : data_(data), stride_(stride) {}
+  FreshResultMapper getSubMapper(Index i, Index j) const { return FreshResultMapper(at(i, j), stride_); }
+  LinearMapper getLinearMapper(Index i, Index j) const { return LinearMapper(at(i, j)); }
+  Element operator()(Index i, Index j) const { return {at(i, j)}; }
+  template <class Packet>
+  Packet gatherPacket(Index, Index) const {
+    return Eigen::internal::pset1<Packet>(T(0));
+  }
+  template <class Packet>
+  void scatterPacket(Index i, Index j, const Packet& p) const {
+    Eigen::internal::pscatter<T, Packet>(at(i, j), p, stride_);
+  }
+
+ private:
+  T* at(Index i, Index j) const { return data_ + i + j * stride_; }  // column-major
+  T* data_;
+  Index stride_;
+};
+
 // C[m, n] (row-major) += op(A) op(B) through Eigen's GEMM with the blocks of ScratchBlocking: the
 // same kernel, blocking and order of operations as `C.noalias() += op(A) * op(B)` where that
 // takes its GEMM path (not for a vector side or a sum of sides under 20, which keep Eigen's own
@@ -157,13 +206,14 @@ void pack_rhs_rows(float* __restrict out, const float* __restrict in, Eigen::Ind
 //
 // With `zero` the loop is Eigen's sequential GEMM (GeneralMatrixMatrix.h, for the column-major
 // product C^T = op(B)^T op(A)^T that a row-major result is computed as) written out here, with
-// one addition: each block of C is zeroed just before the kernel first adds into it. Zeroing the
-// whole of C first (`C.setZero()`, as before) wrote it once more than the kernel's read and
-// write, and a C larger than L2 (the transformer's [1024, 1024] up projection: 4 MiB) was read
-// back from L3 or memory; a block (at most mc x nc of the blocking) is still in L2 when the
-// kernel reads it (docs/design.md, "Another host: an Intel Xeon"). The same blocks, packing and
-// kernel calls in the same order as Eigen's own loop, which accumulates: the same bits
-// (kernels_test, GemmIntoAFreshResultHasTheBitsOfAnAccumulationIntoZeros).
+// one change: the kernel's first pass over each block of C (its first k-block) reads +0 in place
+// of C and stores 0 + its sums (FreshResultMapper), so C is neither zeroed nor read before it is
+// written. Zeroing the whole of C first (`C.setZero()`) wrote it once more than the kernel's read
+// and write, and a C larger than L2 was read back from L3 or memory; zeroing each block just
+// before the kernel (the eleventh session's way) still wrote it twice and read it once
+// (docs/design.md, "Sixteenth session"). The same blocks, packing and kernel calls in the same
+// order as Eigen's own loop, which accumulates: the same bits (kernels_test,
+// GemmIntoAFreshResultHasTheBitsOfAnAccumulationIntoZeros).
 template <class T, int OrderA, int OrderB>
 void gemm_strided(const T* pa, Eigen::Index lda, const T* pb, Eigen::Index ldb, T* pc, Eigen::Index ldc,
                   Eigen::Index m, Eigen::Index n, Eigen::Index k, bool zero = false) {
@@ -199,6 +249,9 @@ void gemm_strided(const T* pa, Eigen::Index lda, const T* pb, Eigen::Index ldb, 
       pack_lhs;
   ei::gemm_pack_rhs<T, Index, RhsMapper, Traits::nr, kRhsOrder> pack_rhs;
   ei::gebp_kernel<T, T, Index, ResMapper, Traits::mr, Traits::nr, false, false> gebp;
+  // The first pass over each block of C stores the kernel's sums without reading C.
+  ei::gebp_kernel<T, T, Index, FreshResultMapper<T, Index>, Traits::mr, Traits::nr, false, false> fresh_gebp;
+  const FreshResultMapper<T, Index> fresh(pc, ldc);
   T* block_a = blocking.blockA();
   T* block_b = blocking.blockB();
   const bool pack_rhs_once = mc != rows && kc == depth && nc == cols;
@@ -221,11 +274,10 @@ void gemm_strided(const T* pa, Eigen::Index lda, const T* pb, Eigen::Index ldb, 
 #endif
         }
         if (k2 == 0) {
-          for (Index j = j2; j < j2 + actual_nc; ++j) {
-            std::memset(pc + j * ldc + i2, 0, static_cast<std::size_t>(actual_mc) * sizeof(T));
-          }
+          fresh_gebp(fresh.getSubMapper(i2, j2), block_a, block_b, actual_mc, actual_kc, actual_nc, T(1));
+        } else {
+          gebp(res.getSubMapper(i2, j2), block_a, block_b, actual_mc, actual_kc, actual_nc, T(1));
         }
-        gebp(res.getSubMapper(i2, j2), block_a, block_b, actual_mc, actual_kc, actual_nc, T(1));
       }
     }
   }

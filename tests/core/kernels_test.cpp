@@ -520,22 +520,24 @@ std::vector<float> rounding_values(std::int64_t n, std::uint32_t seed, float low
 }
 
 // A product into a fresh result (accumulate false) runs Eigen's loop over its blocks written out
-// in core/kernels.cpp (gemm_strided), zeroing each block of C just before its kernel adds into
-// it; an accumulation runs Eigen's own loop. Both give the same bits (the fresh result whatever
-// C held, NaN here; the accumulation into zeros), for
-// every transposition, on values whose sums round, and shapes of several of Eigen's blocks in
-// each dimension (depths past its k-block among them) and of a thin side past the thin kernels.
+// in core/kernels.cpp (gemm_strided), whose kernel stores its first pass over each block of C
+// without reading it (FreshResultMapper); an accumulation runs Eigen's own loop. Both give the
+// same bits (the fresh result whatever C held, NaN here; the accumulation into zeros), in f32
+// and f64, for every transposition, on values whose sums round, and shapes of several of Eigen's
+// blocks in each dimension (depths past its k-block among them, rows and columns past the last
+// packet) and of a thin side past the thin kernels.
 TEST(Kernels, GemmIntoAFreshResultHasTheBitsOfAnAccumulationIntoZeros) {
   struct Dims {
     std::int64_t m, n, k;
   };
   for (const Dims d : {Dims{300, 1100, 700}, Dims{1100, 300, 64}, Dims{40, 37, 2000}, Dims{129, 513, 257}}) {
-    for (int layout = 0; layout < 4; ++layout) {
+    for (int layout = 0; layout < 8; ++layout) {
       const bool trans_a = (layout & 1) != 0, trans_b = (layout & 2) != 0;
-      const Tensor a = Tensor::from_vector({d.m * d.k}, rounding_values(d.m * d.k, 1));
-      const Tensor b = Tensor::from_vector({d.k * d.n}, rounding_values(d.k * d.n, 2));
-      Tensor fresh = Tensor::full({d.m * d.n}, std::numeric_limits<double>::quiet_NaN(), DType::f32);
-      Tensor zeros = Tensor::zeros({d.m * d.n}, DType::f32);
+      const DType dtype = (layout & 4) != 0 ? DType::f64 : DType::f32;
+      const Tensor a = Tensor::from_vector({d.m * d.k}, rounding_values(d.m * d.k, 1)).astype(dtype);
+      const Tensor b = Tensor::from_vector({d.k * d.n}, rounding_values(d.k * d.n, 2)).astype(dtype);
+      Tensor fresh = Tensor::full({d.m * d.n}, std::numeric_limits<double>::quiet_NaN(), dtype);
+      Tensor zeros = Tensor::zeros({d.m * d.n}, dtype);
       batched_gemm(a, b, fresh, 1, d.m, d.n, d.k, trans_a, trans_b, false);
       batched_gemm(a, b, zeros, 1, d.m, d.n, d.k, trans_a, trans_b, true);
       EXPECT_EQ(std::memcmp(fresh.raw(), zeros.raw(), fresh.nbytes()), 0)
