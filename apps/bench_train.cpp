@@ -619,6 +619,7 @@ struct Options {
   std::int64_t seq_len = 128, d_model = 256, heads = 8, d_ff = 1024;
   bool scan = false;
   std::string opt_state = "replicated";  // lm: Adam's moments replicated like the weights, or sharded
+  bool sequence_parallel = true;         // lm: Megatron's sequence parallelism (train_lm's)
   int steps = 20;
   int warmup = 3;
   std::uint64_t seed = 0;
@@ -778,6 +779,7 @@ Measured run_lm(const Options& o, int world_size, const BeforeState& before_stat
   config.d_ff = o.d_ff;
   config.layers = o.layers;
   config.scan = o.scan;
+  config.sequence_parallel = o.sequence_parallel;
   const models::Transformer model{config};
   const Shape tokens_shape = {o.batch, o.seq_len};
   model.validate(mesh_shape, tokens_shape);
@@ -1045,6 +1047,7 @@ int run(const Options& o, int world_rank, int world_size) {
   }
   if (!o.strategy.empty() && o.model != "mlp") throw UsageError("--strategy applies to --model mlp only");
   if (o.opt_state != "replicated" && o.model != "lm") throw UsageError("--opt-state applies to --model lm only");
+  if (!o.sequence_parallel && o.model != "lm") throw UsageError("--no-sequence-parallel applies to --model lm only");
   if (!o.strategy.empty() && !o.mesh.empty()) throw UsageError("--strategy and --mesh exclude each other");
   // The floor's rates are measured twice, before the model's state exists and after its steps
   // (the all-at-once rates up to kPlacementTries times more), and each counts at its fastest: a
@@ -1160,9 +1163,11 @@ int run(const Options& o, int world_rank, int world_size) {
     if (o.model == "mlp") {
       std::snprintf(sizes, sizeof sizes, "\"depth\":%lld", static_cast<long long>(o.depth));
     } else {
-      std::snprintf(sizes, sizeof sizes, "\"seq_len\":%lld,\"d_model\":%lld,\"heads\":%lld,\"d_ff\":%lld",
+      std::snprintf(sizes, sizeof sizes,
+                    "\"seq_len\":%lld,\"d_model\":%lld,\"heads\":%lld,\"d_ff\":%lld,\"sequence_parallel\":%s",
                     static_cast<long long>(o.seq_len), static_cast<long long>(o.d_model),
-                    static_cast<long long>(o.heads), static_cast<long long>(o.d_ff));
+                    static_cast<long long>(o.heads), static_cast<long long>(o.d_ff),
+                    o.sequence_parallel ? "true" : "false");
     }
     std::printf(
         "{\"bench\":\"train_step\",\"model\":\"%s\",\"mesh\":\"%s\",\"ranks\":%d,\"batch\":%lld,\"layers\":%d,%s,"
@@ -1212,6 +1217,8 @@ int main(int argc, char** argv) {
   app.add_option("--heads", o.heads, "lm: attention heads")->capture_default_str();
   app.add_option("--d-ff", o.d_ff, "lm: MLP width")->capture_default_str();
   app.add_flag("--scan", o.scan, "stacked layers run by a scan");
+  app.add_flag("--sequence-parallel,!--no-sequence-parallel", o.sequence_parallel,
+               "lm: Megatron's sequence parallelism, as train_lm's (on by default)");
   app.add_option("--opt-state", o.opt_state,
                  "lm: Adam's moments replicated like their weights, or sharded over the data and seq axes that "
                  "replicate them (train_lm --opt-state)")

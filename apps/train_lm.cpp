@@ -50,6 +50,7 @@ struct Options {
   bool scan = false;
   std::string dtype = "f32";  // compute dtype: f32, or bf16 (f32 parameters and Adam, bf16 compute)
   bool remat = false;         // rematerialise each block
+  bool sequence_parallel = true;  // Megatron's: the residual stream's positions split over model
   std::string opt_state = "replicated";  // Adam's moments: replicated like the weights, or sharded (ZeRO-1)
   std::int64_t steps = 300;
   double lr = 3e-3;
@@ -321,6 +322,7 @@ int run(const Options& o, int world_rank) {
   config.layers = o.layers;
   config.scan = o.scan;
   config.fsdp = o.fsdp;
+  config.sequence_parallel = o.sequence_parallel;
   config.bf16 = nn::Precision::parse(o.dtype).mixed();
   config.remat = o.remat;
   const models::Transformer model{config};
@@ -342,6 +344,9 @@ int run(const Options& o, int world_rank) {
               << "model: byte-level transformer(layers=" << o.layers << ", d_model=" << o.d_model << ", heads=" << o.heads
               << ", d_ff=" << o.d_ff << (o.scan ? ", scan" : "") << (o.fsdp ? ", fsdp" : "") << (o.remat ? ", remat per block" : "")
               << (o.opt_state == "sharded" ? ", Adam's state sharded over the batch's axes" : "")
+              << (mesh_shape.has_axis(models::kModelAxis) && mesh_shape.axis_size(models::kModelAxis) > 1
+                      ? (o.sequence_parallel ? ", sequence parallel" : ", no sequence parallelism")
+                      : "")
               << "), dtype " << o.dtype << (config.bf16 ? " (f32 parameters and Adam moments, bf16 compute)" : "")
               << ", batch " << o.batch
               << " x " << o.seq_len << " bytes, adam(lr=" << o.lr << ", 20 warmup steps, 1/sqrt decay), seed " << o.seed << "\n"
@@ -479,6 +484,10 @@ int main(int argc, char** argv) {
   app.add_option("--layers", o.layers, "transformer blocks")->capture_default_str();
   app.add_flag("--fsdp", o.fsdp, "split every weight's d_model dimension over data (gathered before use)");
   app.add_flag("--scan", o.scan, "stacked blocks with a leading layers dimension, run by a scan");
+  app.add_flag("--sequence-parallel,!--no-sequence-parallel", o.sequence_parallel,
+               "Megatron's sequence parallelism (on by default): between the tensor-parallel products each rank of the "
+               "model axis normalizes and adds its share of the positions; the products' all-reduces become "
+               "reduce-scatters and all-gathers of the same bytes, the values the same");
   app.add_option("--opt-state", o.opt_state,
                  "Adam's moments: replicated (each like its weight) or sharded (each split further over the data and "
                  "seq axes that replicate its weight: every replica updates its part, then the weight is all-gathered; "

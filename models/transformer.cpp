@@ -208,9 +208,19 @@ BlockWeights Transformer::block_weights(const ParamView& params, int i) const {
   return {get("attn_norm"), get("w_q"), get("w_k"), get("w_v"), get("w_o"), get("mlp_norm"), get("w_up"), get("w_down")};
 }
 
+Spec Transformer::residual_spec(const MeshShape& mesh) const {
+  Spec spec = activation_spec(mesh);
+  if (config.sequence_parallel && has_axis(mesh, kModelAxis)) spec.dims[1].push_back(kModelAxis);
+  return spec;
+}
+
 Var Transformer::block(const Var& h, const BlockWeights& w) const {
-  const Spec residual = activation_spec(h.mesh().shape());
-  const Var a = rmsnorm(h, w.attn_norm, config.norm_eps);
+  const Spec residual = residual_spec(h.mesh().shape());
+  // What the products read: the normalized stream, gathered over model under sequence_parallel
+  // (a no-op without it). Partial products over model go back to the residual's spec: an
+  // all-reduce, or a reduce-scatter onto the split positions.
+  const Spec read = activation_spec(h.mesh().shape());
+  const Var a = with_sharding_constraint(rmsnorm(h, w.attn_norm, config.norm_eps), read);
   const Var q = rotary(einsum("bsd,dhk->bshk", a, w.w_q), config.rope_base);
   const Var k = rotary(einsum("bsd,dhk->bshk", a, w.w_k), config.rope_base);
   const Var v = einsum("bsd,dhk->bshk", a, w.w_v);
@@ -218,7 +228,7 @@ Var Transformer::block(const Var& h, const BlockWeights& w) const {
   // Partial over model (the heads' contributions): the Megatron all-reduce.
   const Var attn = with_sharding_constraint(einsum("bshk,hkd->bsd", o, w.w_o), residual);
   const Var h1 = add(h, attn);
-  const Var m = rmsnorm(h1, w.mlp_norm, config.norm_eps);
+  const Var m = with_sharding_constraint(rmsnorm(h1, w.mlp_norm, config.norm_eps), read);
   const Var up = gelu_tanh(einsum("bsd,df->bsf", m, w.w_up));
   const Var mlp = with_sharding_constraint(einsum("bsf,fd->bsd", up, w.w_down), residual);
   return add(h1, mlp);
@@ -230,7 +240,7 @@ Var Transformer::logits(const ParamView& params, const ShardedTensor& tokens) co
   // The lookup (and its scatter-add of gradients) in the parameters' dtype; its partial sum over
   // the vocabulary's axes is resolved in the compute dtype.
   const Var table = config.fsdp ? gather_over_data(params.get("embed")) : params.get("embed");
-  Var h = with_sharding_constraint(cast(embed(table, ids), config.compute_dtype()), activation_spec(mesh));
+  Var h = with_sharding_constraint(cast(embed(table, ids), config.compute_dtype()), residual_spec(mesh));
   for (int i = 0; i < config.layers; ++i) {
     const BlockWeights w = block_weights(params, i);
     if (!config.remat) {
@@ -242,7 +252,8 @@ Var Transformer::logits(const ParamView& params, const ShardedTensor& tokens) co
         },
         {h, w.attn_norm, w.w_q, w.w_k, w.w_v, w.w_o, w.mlp_norm, w.w_up, w.w_down}, "block_" + std::to_string(i));
   }
-  h = rmsnorm(h, use_weight(params.get("final_norm")), config.norm_eps);
+  h = with_sharding_constraint(rmsnorm(h, use_weight(params.get("final_norm")), config.norm_eps),
+                               activation_spec(mesh));
   return einsum("bsd,dv->bsv", h, use_weight(params.get("unembed")));
 }
 

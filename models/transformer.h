@@ -9,12 +9,13 @@
 //   tokens [batch, seq] (i32, P(data, seq))
 //   h = embed(embed, tokens)                                  vocabulary-parallel lookup, one psum
 //   L blocks, pre-norm:
-//     a = rmsnorm(h, attn_norm)
+//     a = rmsnorm(h, attn_norm)                               (then gathered over model, sp)
 //     q, k, v = a @ w_q, w_k, w_v                             [batch, seq, heads, d_head]
 //     o = causal_attention(rotary(q), rotary(k), v)
-//     h = h + o @ w_o                                         (one all-reduce over model)
-//     m = rmsnorm(h, mlp_norm)
-//     h = h + gelu(m @ w_up) @ w_down                         (one all-reduce over model)
+//     h = h + o @ w_o                                         (one all-reduce over model; sp:
+//                                                              one reduce-scatter)
+//     m = rmsnorm(h, mlp_norm)                                (then gathered over model, sp)
+//     h = h + gelu(m @ w_up) @ w_down                         (the same)
 //   logits = rmsnorm(h, final_norm) @ unembed                 [batch, seq, vocab/model]
 //   loss = softmax_cross_entropy_with_integer_labels(logits, labels)   vocabulary-parallel
 //
@@ -31,6 +32,13 @@
 //          Everything else in a block is per position: no other traffic over seq.
 //   fsdp   each weight is all-gathered over data just before its use (use_weight), and its
 //          gradient reduce-scattered over data, instead of all-reduced.
+//   sp     sequence_parallel (Megatron-LM's sequence parallelism; on by default): between the
+//          tensor-parallel products the residual stream's positions are split over model too,
+//          P(data, (seq, model), None) (residual_spec), so each of the model group's ranks
+//          normalizes and adds its share of the positions instead of all of them. Each block
+//          output's all-reduce over model becomes a reduce-scatter onto that split, and each
+//          norm's output is all-gathered over model before the products that read it: the same
+//          bytes, and on one node the same bits (both sums take the ranks in order).
 #pragma once
 
 #include <cstdint>
@@ -61,6 +69,10 @@ struct TransformerConfig {
   // backward pass recomputes the block's forward (its collectives included). Gradients are bit
   // for bit those without.
   bool remat = false;
+  // Megatron-LM's sequence parallelism (see the top of this file): the residual stream's positions
+  // split over model between the tensor-parallel products. The same values; a mesh without a
+  // model axis is unaffected.
+  bool sequence_parallel = true;
   double rope_base = 10000.0;
   double norm_eps = 1e-6;
   std::int64_t d_head() const { return heads > 0 ? d_model / heads : 0; }
@@ -105,10 +117,13 @@ struct Transformer {
   Spec weight_spec(const WeightDecl& weight, const MeshShape& mesh) const;
   Shape weight_shape(const WeightDecl& weight) const;
 
-  // P(data, seq) for tokens and labels, P(data, seq, None) for the residual stream (axes the
-  // mesh lacks dropped).
+  // P(data, seq) for tokens and labels, P(data, seq, None) for the activations the products read
+  // (axes the mesh lacks dropped).
   static Spec token_spec(const MeshShape& mesh);
   static Spec activation_spec(const MeshShape& mesh);
+  // The residual stream's spec between the products: activation_spec, with model appended to
+  // the positions' axes under sequence_parallel.
+  Spec residual_spec(const MeshShape& mesh) const;
   // The axes that split the batch (data, seq; those the mesh has): a weight that does not use
   // them is replicated over them, and its optimizer state may be split over them
   // (nn::Optimizer::shard_state_over; train_lm --opt-state sharded).

@@ -189,6 +189,8 @@ expect bench_train.strategy_lm 2 '^bench_train: --strategy applies to --model ml
   mpi "$apps/bench_train" --model lm --strategy tp
 expect bench_train.opt_state_mlp 2 '^bench_train: --opt-state applies to --model lm only$' \
   mpi "$apps/bench_train" --opt-state sharded
+expect bench_train.no_sequence_parallel_mlp 2 '^bench_train: --no-sequence-parallel applies to --model lm only$' \
+  mpi "$apps/bench_train" --no-sequence-parallel
 expect bench_train.opt_state_unknown 2 '^--opt-state: zero1 not in \{replicated,sharded\}$' \
   mpi "$apps/bench_train" --model lm --opt-state zero1
 if [ "$ranks" -lt 4 ]; then
