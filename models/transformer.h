@@ -62,8 +62,9 @@ struct TransformerConfig {
   DType dtype = DType::f32;
   // Mixed precision (nn::Precision's bf16 policy; dtype must be f32): the parameters and Adam stay
   // f32; each weight is cast to bf16 where it is used (before an FSDP gather), so matmuls,
-  // activations, the Megatron all-reduces, the sequence all-gathers of K and V and the gradients'
-  // reductions move bf16. The embedding lookup, the attention softmax and the loss compute in f32.
+  // activations, the reductions and gathers over model, the sequence all-gathers of K and V and
+  // the gradients' reductions move bf16. The embedding lookup, the attention softmax and the loss
+  // compute in f32.
   bool bf16 = false;
   // Rematerialise each block (nn::remat): the tape keeps a block's input and output only, and the
   // backward pass recomputes the block's forward (its collectives included). Gradients are bit
