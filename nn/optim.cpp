@@ -31,6 +31,20 @@ void check_grad(const std::string& path, const ShardedTensor& p, const ShardedTe
   }
 }
 
+// Each moment of `path` that the state holds has the parameter's global shape and dtype, and
+// `spec` (the first moment's): the update indexes them alike.
+void check_moments(const std::string& path, const ShardedTensor& p, const OptState& state, const Spec& spec) {
+  for (const ParamTree* moments : {&state.mu, &state.nu}) {
+    const auto found = moments->find(path);
+    if (found == moments->end()) continue;
+    const ShardedTensor& m = found->second;
+    if (!(m.spec() == spec) || m.global_shape() != p.global_shape() || m.dtype() != p.dtype()) {
+      throw ShapeError("optimizer: a moment of '" + path + "' is " + m.describe() + ", parameter is " + p.describe() +
+                       " with its state in " + spec.to_string());
+    }
+  }
+}
+
 }  // namespace
 
 Spec sharded_state_spec(const Spec& param, const MeshShape& mesh, const Shape& global, const Axes& over) {
@@ -126,6 +140,7 @@ void Optimizer::update_param(const std::string& path, ShardedTensor& p, const Sh
   const ParamTree* moments = !state.mu.empty() ? &state.mu : nullptr;
   const auto found = moments != nullptr ? moments->find(path) : ParamTree::const_iterator{};
   const Spec& spec = moments != nullptr && found != moments->end() ? found->second.spec() : p.spec();
+  check_moments(path, p, state, spec);
   check_grad(path, p, g, spec);
   if (spec == p.spec()) {
     update_elements(path, p, state, 0, p.local().numel(), g.local().raw());

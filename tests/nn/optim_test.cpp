@@ -107,6 +107,29 @@ TEST(Optim, GradientInAnotherSpecIsAnError) {
   EXPECT_THROW(adam(0.1).update(params, grads, state), ShapeError);
 }
 
+// Moments the update would index otherwise than each other or than their parameter: another
+// spec for the second moment than the first's, another shape.
+TEST(Optim, MomentsInAnotherSpecOrShapeAreAnError) {
+  const int n = testing_support::world_size();
+  Mesh mesh = Mesh::world(MeshShape({"data"}, {n}));
+  ParamTree params;
+  params.emplace("w", ShardedTensor::zeros(mesh, parse_spec("P()"), {8 * n}, DType::f32, "w"));
+  const ParamTree grads = params;
+  const Optimizer opt = adam(0.1);
+  OptState state = opt.init(params);
+  state.nu.at("w") = ShardedTensor::zeros(mesh, parse_spec("P(data)"), {8 * n}, DType::f32, "w");
+  try {
+    opt.update(params, grads, state);
+    FAIL() << "no error";
+  } catch (const ShapeError& e) {
+    EXPECT_EQ(std::string(e.what()), "optimizer: a moment of 'w' is " + state.nu.at("w").describe() +
+                                         ", parameter is " + params.at("w").describe() + " with its state in P(None)");
+  }
+  state = opt.init(params);
+  state.mu.at("w") = ShardedTensor::zeros(mesh, parse_spec("P()"), {4 * n}, DType::f32, "w");
+  EXPECT_THROW(opt.update(params, grads, state), ShapeError);
+}
+
 TEST(InferStep, ForwardWithoutTapeLeavesParametersUnchanged) {
   Mesh mesh = Mesh::world(MeshShape({"data", "model"}, {1, testing_support::world_size()}));
   MLP mlp{2, 16, false, false};
