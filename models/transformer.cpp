@@ -105,13 +105,7 @@ Spec Transformer::weight_spec(const WeightDecl& weight, const MeshShape& mesh) c
 
 Spec Transformer::token_spec(const MeshShape& mesh) { return spec_on(mesh, {kDataAxis, kSeqAxis}); }
 
-Axes Transformer::batch_axes(const MeshShape& mesh) {
-  Axes out;
-  for (const char* axis : {kDataAxis, kSeqAxis}) {
-    if (mesh.has_axis(axis)) out.push_back(axis);
-  }
-  return out;
-}
+Axes Transformer::batch_axes(const MeshShape& mesh) { return token_spec(mesh).used_axes(); }
 
 Spec Transformer::activation_spec(const MeshShape& mesh) { return spec_on(mesh, {kDataAxis, kSeqAxis, nullptr}); }
 

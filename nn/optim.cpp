@@ -31,18 +31,21 @@ void check_grad(const std::string& path, const ShardedTensor& p, const ShardedTe
   }
 }
 
-// Each moment of `path` that the state holds has the parameter's global shape and dtype, and
-// `spec` (the first moment's): the update indexes them alike.
-void check_moments(const std::string& path, const ShardedTensor& p, const OptState& state, const Spec& spec) {
-  for (const ParamTree* moments : {&state.mu, &state.nu}) {
-    const auto found = moments->find(path);
-    if (found == moments->end()) continue;
-    const ShardedTensor& m = found->second;
-    if (!(m.spec() == spec) || m.global_shape() != p.global_shape() || m.dtype() != p.dtype()) {
-      throw ShapeError("optimizer: a moment of '" + path + "' is " + m.describe() + ", parameter is " + p.describe() +
+// The spec of `path`'s state as it lies: the first moment's (the spec it was created or restored
+// in), or the parameter's where the state has none. Each moment the state holds must have that
+// spec and the parameter's global shape and dtype: the update indexes them alike.
+const Spec& checked_state_spec(const std::string& path, const ShardedTensor& p, const OptState& state) {
+  const auto mu = state.mu.find(path), nu = state.nu.find(path);
+  const Spec& spec = mu != state.mu.end() ? mu->second.spec() : p.spec();
+  const ShardedTensor* first = mu != state.mu.end() ? &mu->second : nullptr;
+  const ShardedTensor* second = nu != state.nu.end() ? &nu->second : nullptr;
+  for (const ShardedTensor* m : {first, second}) {
+    if (m != nullptr && (!(m->spec() == spec) || m->global_shape() != p.global_shape() || m->dtype() != p.dtype())) {
+      throw ShapeError("optimizer: a moment of '" + path + "' is " + m->describe() + ", parameter is " + p.describe() +
                        " with its state in " + spec.to_string());
     }
   }
+  return spec;
 }
 
 }  // namespace
@@ -136,11 +139,7 @@ void Optimizer::update_elements(const std::string& path, ShardedTensor& p, OptSt
 
 void Optimizer::update_param(const std::string& path, ShardedTensor& p, const ShardedTensor& g,
                              OptState& state) const {
-  // The state's spec, from the state itself: the spec it was created (or restored) in.
-  const ParamTree* moments = !state.mu.empty() ? &state.mu : nullptr;
-  const auto found = moments != nullptr ? moments->find(path) : ParamTree::const_iterator{};
-  const Spec& spec = moments != nullptr && found != moments->end() ? found->second.spec() : p.spec();
-  check_moments(path, p, state, spec);
+  const Spec& spec = checked_state_spec(path, p, state);
   check_grad(path, p, g, spec);
   if (spec == p.spec()) {
     update_elements(path, p, state, 0, p.local().numel(), g.local().raw());

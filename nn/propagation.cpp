@@ -15,8 +15,9 @@ ShardedTensor resolve_partial(const ShardedTensor& x) {
 }
 
 ShardedTensor resolve_partial(ShardedTensor&& x) {
-  if (x.spec().is_partial()) return reshard(x, x.spec().without_partial());
-  return std::move(x);
+  if (!x.spec().is_partial()) return std::move(x);
+  const Spec target = x.spec().without_partial();
+  return reshard(std::move(x), target);  // the sum in x's own storage (all_reduce's in-place form)
 }
 
 const ShardedTensor& whole_along(const ShardedTensor& x, int dim, ShardedTensor& moved) {
