@@ -1338,21 +1338,139 @@ Tensor softmax_last_grad(const Tensor& y, const Tensor& g) {
 
 namespace {
 
-// Causal attention's query rows go through the products in blocks of this many: a block's scores
-// are computed for the keys its last row sees, so of seq x seq scores about seq^2 / 2 +
-// seq x kAttentionRows / 2 are computed rather than seq^2.
-constexpr std::int64_t kAttentionRows = 32;
+// Causal attention's products go through register tiles of their own (attention_product), not
+// Eigen's GEMM. Each has a side of d_head (16-128 in practice) and one of at most the sequence:
+// Eigen packed both operands of every product, the keys and values again for each block of query
+// rows, for a few multiply-adds per packed element, and ran them at about a third of the rate of
+// the transformer's other products (docs/design.md, "Seventeenth session").
 
 // The keys query i of a block at global position q0 sees: 0 .. q0 + i, at most S.
 inline std::int64_t keys_seen(std::int64_t q0, std::int64_t i, std::int64_t S) { return std::min(S, q0 + i + 1); }
 
-// Calls f(r0, r1, w) for the query row blocks [r0, r1) of [0, Sq) and the keys w they see.
-template <class F>
-void for_query_blocks(std::int64_t Sq, std::int64_t S, std::int64_t q0, F&& f) {
-  for (std::int64_t r0 = 0; r0 < Sq; r0 += kAttentionRows) {
-    const std::int64_t r1 = std::min(Sq, r0 + kAttentionRows);
-    f(r0, r1, keys_seen(q0, r1 - 1, S));
+// Rows of a product per register tile: R rows x 2 vectors of accumulators, plus 2 vectors of the
+// right-hand side and one of the left (19 of AVX-512's 32 registers; 11 of the 16 of AVX and SSE).
+constexpr int kAttentionTileRows = kVectorBytes == 64 ? 8 : 4;
+constexpr int kAttentionTileVectors = 2;
+
+// C[r, j] = sum over k < depth of a(r, k) b[k * ldb + j] for r < R and the NV vectors of columns
+// from j = 0; each element's sum is one chain of fused multiply-adds from +0 in k order.
+template <class T, int R, int NV, class A>
+inline void attention_tile(const A& a, const T* b, std::int64_t ldb, std::int64_t depth, T* c, std::int64_t ldc) {
+  using V = typename Vec<T>::type;
+  constexpr int L = Vec<T>::lanes;
+  V acc[R][NV];
+  for (int r = 0; r < R; ++r) {
+    for (int v = 0; v < NV; ++v) acc[r][v] = V{};
   }
+  for (std::int64_t k = 0; k < depth; ++k) {
+    V bk[NV];
+    for (int v = 0; v < NV; ++v) bk[v] = load_vector(b + k * ldb + v * L);
+    for (int r = 0; r < R; ++r) {
+      const V ar = splat<V>(a(r, k));
+      for (int v = 0; v < NV; ++v) acc[r][v] = madd(ar, bk[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int v = 0; v < NV; ++v) store_vector(c + r * ldc + v * L, acc[r][v]);
+  }
+}
+
+// C[i, j] = sum over k < depth of a(i, k) b[k * ldb + j] for i < m, j < n (C's rows ldc apart):
+// tiles of kAttentionTileRows rows (then single rows) by 2 vectors of columns (then one, then
+// single columns). Every element is the same chain of fused multiply-adds (attention_tile's), in
+// a vector's lane or alone, so its bits do not depend on m, n or where it lies in C. A zero term
+// adds +0 to the chain: extra keys whose probabilities are 0 leave an element's bits alone.
+template <class T, class A>
+void attention_product(const A& a, const T* b, std::int64_t ldb, std::int64_t m, std::int64_t n, std::int64_t depth,
+                       T* c, std::int64_t ldc) {
+  constexpr int L = Vec<T>::lanes, NV = kAttentionTileVectors;
+  const std::int64_t wide = n / (NV * L) * (NV * L), vectors = n / L * L;
+  const auto rows = [&]<int R>(std::integral_constant<int, R>, std::int64_t i0) {
+    const auto ai = [&](int r, std::int64_t k) { return a(i0 + r, k); };
+    T* ci = c + i0 * ldc;
+    std::int64_t j = 0;
+    for (; j < wide; j += NV * L) attention_tile<T, R, NV>(ai, b + j, ldb, depth, ci + j, ldc);
+    for (; j < vectors; j += L) attention_tile<T, R, 1>(ai, b + j, ldb, depth, ci + j, ldc);
+    for (; j < n; ++j) {
+      for (int r = 0; r < R; ++r) {
+        T sum = T(0);
+        for (std::int64_t k = 0; k < depth; ++k) sum = madd(ai(r, k), b[k * ldb + j], sum);
+        ci[r * ldc + j] = sum;
+      }
+    }
+  };
+  std::int64_t i = 0;
+  for (; i + kAttentionTileRows <= m; i += kAttentionTileRows) {
+    rows(std::integral_constant<int, kAttentionTileRows>{}, i);
+  }
+  for (; i < m; ++i) rows(std::integral_constant<int, 1>{}, i);
+}
+
+#if defined(__AVX512F__)
+// out[c * ldo + r] = in[r * ld + c] for r, c < 16: a 16 x 16 block of f32 transposed in registers
+// (pairs of rows interleaved, then pairs of pairs, then 128-bit lanes twice). The zero-masked
+// forms, every lane kept: GCC 12 warns of the unmasked ones' undefined source.
+inline void transpose_16x16(const float* in, std::int64_t ld, float* out, std::int64_t ldo) {
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(in + i * ld);
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_maskz_unpacklo_ps(0xffff, r[i], r[i + 1]);
+    t[i + 1] = _mm512_maskz_unpackhi_ps(0xffff, r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    const __m512d a = _mm512_castps_pd(t[i]), b = _mm512_castps_pd(t[i + 1]);
+    const __m512d c = _mm512_castps_pd(t[i + 2]), d = _mm512_castps_pd(t[i + 3]);
+    r[i] = _mm512_castpd_ps(_mm512_maskz_unpacklo_pd(0xff, a, c));
+    r[i + 1] = _mm512_castpd_ps(_mm512_maskz_unpackhi_pd(0xff, a, c));
+    r[i + 2] = _mm512_castpd_ps(_mm512_maskz_unpacklo_pd(0xff, b, d));
+    r[i + 3] = _mm512_castpd_ps(_mm512_maskz_unpackhi_pd(0xff, b, d));
+  }
+  for (int h = 0; h < 16; h += 8) {
+    for (int i = 0; i < 4; ++i) {
+      t[h + i] = _mm512_maskz_shuffle_f32x4(0xffff, r[h + i], r[h + i + 4], 0x88);
+      t[h + i + 4] = _mm512_maskz_shuffle_f32x4(0xffff, r[h + i], r[h + i + 4], 0xdd);
+    }
+  }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_maskz_shuffle_f32x4(0xffff, t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_maskz_shuffle_f32x4(0xffff, t[i], t[i + 8], 0xdd);
+  }
+  for (int i = 0; i < 16; ++i) _mm512_storeu_ps(out + i * ldo, r[i]);
+}
+#endif
+
+// The keys' columns of a transposed head (transpose_head): n rounded up to whole vectors.
+template <class T>
+std::int64_t padded_keys(std::int64_t n) {
+  constexpr std::int64_t L = Vec<T>::lanes;
+  return (n + L - 1) / L * L;
+}
+
+// out[e, j] = x[j * ld + e] for j < n, e < D, and 0 for n <= j < padded_keys(n): a head's [n, D]
+// rows transposed to [D, padded_keys(n)], so that the scores' products take whole vectors of keys.
+// Kept out of line: inlined into the attention's loops it lost its registers (the strides reloaded
+// from the stack at every element).
+template <class T>
+[[gnu::noinline]] void transpose_head(const T* __restrict x, std::int64_t ld, std::int64_t n, std::int64_t D,
+                                     T* __restrict out) {
+  const std::int64_t width = padded_keys<T>(n);
+  std::int64_t j = 0;
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) {
+    for (; j + 16 <= n; j += 16) {
+      std::int64_t e = 0;
+      for (; e + 16 <= D; e += 16) transpose_16x16(x + j * ld + e, ld, out + e * width + j, width);
+      for (; e < D; ++e) {
+        for (std::int64_t jj = j; jj < j + 16; ++jj) out[e * width + jj] = x[jj * ld + e];
+      }
+    }
+  }
+#endif
+  for (; j < n; ++j) {
+    const T* row = x + j * ld;
+    for (std::int64_t e = 0; e < D; ++e) out[e * width + j] = row[e];
+  }
+  for (std::int64_t e = 0; e < D; ++e) std::fill(out + e * width + n, out + (e + 1) * width, T(0));
 }
 
 struct AttentionDims {
@@ -1375,49 +1493,86 @@ AttentionDims attention_dims(const Tensor& q, const Tensor& k, const Tensor& v, 
   return d;
 }
 
+// Calls f(r0, r1, w) for the blocks of query rows [r0, r1) of [0, Sq) that the products take at a
+// time (one register tile's rows) and the keys w the block's last row sees.
+template <class F>
+void for_query_blocks(std::int64_t Sq, std::int64_t S, std::int64_t q0, F&& f) {
+  for (std::int64_t r0 = 0; r0 < Sq; r0 += kAttentionTileRows) {
+    const std::int64_t r1 = std::min<std::int64_t>(Sq, r0 + kAttentionTileRows);
+    f(r0, r1, keys_seen(q0, r1 - 1, S));
+  }
+}
+
+// Calls f(j0, j1, i0) for the blocks of keys [j0, j1) of [0, seen) and the first query row i0 that
+// sees key j0 (rows before it have probability 0 for every key of the block).
+template <class F>
+void for_key_blocks(std::int64_t seen, std::int64_t q0, F&& f) {
+  for (std::int64_t j0 = 0; j0 < seen; j0 += kAttentionTileRows) {
+    f(j0, std::min<std::int64_t>(seen, j0 + kAttentionTileRows), std::max<std::int64_t>(0, j0 - q0));
+  }
+}
+
 // One batch row and head: q, out [Sq, D] and k, v [S, D] with rows d.ld() apart, p [Sq, S];
-// shifted [S] is scratch. Every row of out, and of p the keys a row's block sees, come from a
-// product into a fresh result (each block zeroed as the product reaches it, gemm_strided); the
-// keys past those a row sees are zeroed after its softmax.
+// shifted [S] and kt [D, S] are scratch. Each block of query rows gets its scores for the keys its
+// last row sees (Q K^T, from K transposed once per head), each row its softmax over the keys it
+// sees (0 past them), and out = P V over the block's keys.
 template <class T>
-void attention_forward_head(const T* q, const T* k, const T* v, T* out, T* p, T* shifted, const AttentionDims& d,
-                            std::int64_t q0, T scale) {
-  constexpr int row = Eigen::RowMajor, col = Eigen::ColMajor;
+void attention_forward_head(const T* q, const T* k, const T* v, T* out, T* p, T* shifted, T* kt,
+                            const AttentionDims& d, std::int64_t q0, T scale) {
   const std::int64_t Sq = d.Sq, S = d.S, D = d.D, ld = d.ld();
+  const std::int64_t seen = keys_seen(q0, Sq - 1, S);  // keys any query sees
+  // The scores of a block's keys in whole vectors (the keys past w from K's zero padding, within
+  // the row: the softmax zeroes them).
+  transpose_head(k, ld, seen, D, kt);
   for_query_blocks(Sq, S, q0, [&](std::int64_t r0, std::int64_t r1, std::int64_t w) {
-    gemm_strided<T, row, col>(q + r0 * ld, ld, k, ld, p + r0 * S, S, r1 - r0, w, D, true);
+    const auto qa = [&](std::int64_t i, std::int64_t e) { return q[(r0 + i) * ld + e]; };
+    attention_product<T>(qa, kt, padded_keys<T>(seen), r1 - r0, std::min(S, padded_keys<T>(w)), D, p + r0 * S, S);
   });
+  // Each row's softmax over the keys it sees, its passes taken over whole vectors (the keys past
+  // those to the vector's end, which the products computed, then set to 0 before the sum).
+  using V = typename Vec<T>::type;
+  constexpr std::int64_t L = Vec<T>::lanes;
+  const V floor = splat<V>(softmax_exp_floor<T>()), none = V{};
   for (std::int64_t i = 0; i < Sq; ++i) {
-    const std::int64_t width = keys_seen(q0, i, S);
+    const std::int64_t width = keys_seen(q0, i, S), whole = std::min(S, padded_keys<T>(width));
     T* r = p + i * S;
-    auto x = ArrayOut<T>(r, width);
-    auto t = ArrayOut<T>(shifted, width);
+    auto x = ArrayOut<T>(r, whole);
+    auto t = ArrayOut<T>(shifted, whole);
     x *= scale;
-    t = x - x.maxCoeff();
+    t = x - ArrayOut<T>(r, width).maxCoeff();
     x = t.exp();
     // Below softmax_last's floor the vectorized exp clamps; those entries are 0, as there.
-    for (std::int64_t j = 0; j < width; ++j) r[j] = shifted[j] < softmax_exp_floor<T>() ? T(0) : r[j];
-    x /= x.sum();
+    std::int64_t j = 0;
+    for (; j + L <= width; j += L) {
+      store_vector(r + j, load_vector(shifted + j) < floor ? none : load_vector(r + j));
+    }
+    for (; j < width; ++j) r[j] = shifted[j] < softmax_exp_floor<T>() ? T(0) : r[j];
     std::fill(r + width, r + S, T(0));
+    x /= x.sum();
   }
   for_query_blocks(Sq, S, q0, [&](std::int64_t r0, std::int64_t r1, std::int64_t w) {
-    gemm_strided<T, row, row>(p + r0 * S, S, v, ld, out + r0 * ld, ld, r1 - r0, D, w, true);
+    const auto pa = [&](std::int64_t i, std::int64_t j) { return p[(r0 + i) * S + j]; };
+    attention_product<T>(pa, v, ld, r1 - r0, D, w, out + r0 * ld, ld);
   });
 }
 
-// Its backward; dk, dv [S, D] (rows d.ld() apart) start at zero, dq [Sq, D] is written whole
-// (each row block's product into a fresh result); dp [Sq, S] is scratch.
+// Its backward; dq [Sq, D] and dk, dv [S, D] (rows d.ld() apart) are written whole, the keys no
+// query sees 0; dp [Sq, S] and vt [D, S] are scratch.
 template <class T>
 void attention_backward_head(const T* q, const T* k, const T* v, const T* p, const T* dout, T* dq, T* dk, T* dv,
-                             T* dp, const AttentionDims& d, std::int64_t q0, T scale) {
-  constexpr int row = Eigen::RowMajor, col = Eigen::ColMajor;
+                             T* dp, T* vt, const AttentionDims& d, std::int64_t q0, T scale) {
   const std::int64_t Sq = d.Sq, S = d.S, D = d.D, ld = d.ld();
   const std::int64_t seen = keys_seen(q0, Sq - 1, S);  // keys any query sees
-  // dV = P^T dO over the keys seen.
-  gemm_strided<T, col, row>(p, S, dout, ld, dv, ld, seen, D, Sq);
+  // dV = P^T dO over the keys seen, each key from the first query that sees it.
+  for_key_blocks(seen, q0, [&](std::int64_t j0, std::int64_t j1, std::int64_t i0) {
+    const auto pt = [&](std::int64_t j, std::int64_t i) { return p[(i0 + i) * S + j0 + j]; };
+    attention_product<T>(pt, dout + i0 * ld, ld, j1 - j0, D, Sq - i0, dv + j0 * ld, ld);
+  });
   // dP = dO V^T, then dS = scale P (dP - rowsum(P dP)).
+  transpose_head(v, ld, seen, D, vt);
   for_query_blocks(Sq, S, q0, [&](std::int64_t r0, std::int64_t r1, std::int64_t w) {
-    gemm_strided<T, row, col>(dout + r0 * ld, ld, v, ld, dp + r0 * S, S, r1 - r0, w, D, true);
+    const auto ga = [&](std::int64_t i, std::int64_t e) { return dout[(r0 + i) * ld + e]; };
+    attention_product<T>(ga, vt, padded_keys<T>(seen), r1 - r0, std::min(S, padded_keys<T>(w)), D, dp + r0 * S, S);
   });
   for (std::int64_t i = 0; i < Sq; ++i) {
     const std::int64_t width = keys_seen(q0, i, S);
@@ -1429,9 +1584,18 @@ void attention_backward_head(const T* q, const T* k, const T* v, const T* p, con
   }
   // dQ = dS K; dK = dS^T Q.
   for_query_blocks(Sq, S, q0, [&](std::int64_t r0, std::int64_t r1, std::int64_t w) {
-    gemm_strided<T, row, row>(dp + r0 * S, S, k, ld, dq + r0 * ld, ld, r1 - r0, D, w, true);
+    const auto sa = [&](std::int64_t i, std::int64_t j) { return dp[(r0 + i) * S + j]; };
+    attention_product<T>(sa, k, ld, r1 - r0, D, w, dq + r0 * ld, ld);
   });
-  gemm_strided<T, col, row>(dp, S, q, ld, dk, ld, seen, D, Sq);
+  for_key_blocks(seen, q0, [&](std::int64_t j0, std::int64_t j1, std::int64_t i0) {
+    const auto st = [&](std::int64_t j, std::int64_t i) { return dp[(i0 + i) * S + j0 + j]; };
+    attention_product<T>(st, q + i0 * ld, ld, j1 - j0, D, Sq - i0, dk + j0 * ld, ld);
+  });
+  // The keys no query sees.
+  for (std::int64_t j = seen; j < S; ++j) {
+    std::fill(dk + j * ld, dk + j * ld + D, T(0));
+    std::fill(dv + j * ld, dv + j * ld + D, T(0));
+  }
 }
 
 // Calls f(q_at, k_at, p_at) for every batch row and head: the offsets of its first element in q
@@ -1448,10 +1612,10 @@ void for_each_head(const AttentionDims& d, F&& f) {
 template <class T>
 void attention_forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionDims& d,
                              std::int64_t q0, double scale, Tensor& out, Tensor& probs) {
-  std::vector<T> shifted(static_cast<std::size_t>(d.S));
+  std::vector<T> shifted(static_cast<std::size_t>(d.S)), kt(static_cast<std::size_t>(d.D * padded_keys<T>(d.S)));
   for_each_head(d, [&](std::int64_t at_q, std::int64_t at_k, std::int64_t at_p) {
     attention_forward_head<T>(q.data<T>() + at_q, k.data<T>() + at_k, v.data<T>() + at_k, out.data<T>() + at_q,
-                              probs.data<T>() + at_p, shifted.data(), d, q0, static_cast<T>(scale));
+                              probs.data<T>() + at_p, shifted.data(), kt.data(), d, q0, static_cast<T>(scale));
   });
 }
 
@@ -1459,11 +1623,11 @@ template <class T>
 void attention_backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
                               const Tensor& dout, const AttentionDims& d, std::int64_t q0, double scale, Tensor& dq,
                               Tensor& dk, Tensor& dv) {
-  std::vector<T> dp(static_cast<std::size_t>(d.Sq * d.S));
+  std::vector<T> dp(static_cast<std::size_t>(d.Sq * d.S)), vt(static_cast<std::size_t>(d.D * padded_keys<T>(d.S)));
   for_each_head(d, [&](std::int64_t at_q, std::int64_t at_k, std::int64_t at_p) {
     attention_backward_head<T>(q.data<T>() + at_q, k.data<T>() + at_k, v.data<T>() + at_k, probs.data<T>() + at_p,
                                dout.data<T>() + at_q, dq.data<T>() + at_q, dk.data<T>() + at_k, dv.data<T>() + at_k,
-                               dp.data(), d, q0, static_cast<T>(scale));
+                               dp.data(), vt.data(), d, q0, static_cast<T>(scale));
   });
 }
 
@@ -1503,9 +1667,13 @@ void causal_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v
     return;
   }
   dq = Tensor::empty(q.shape(), q.dtype());
-  dk = Tensor(k.shape(), k.dtype());
-  dv = Tensor(v.shape(), v.dtype());
-  if (d.Sq == 0) return;
+  if (d.Sq == 0) {  // no query: no share of the keys' gradients
+    dk = Tensor(k.shape(), k.dtype());
+    dv = Tensor(v.shape(), v.dtype());
+    return;
+  }
+  dk = Tensor::empty(k.shape(), k.dtype());
+  dv = Tensor::empty(v.shape(), v.dtype());
   dispatch_float(q.dtype(), [&](auto zero) {
     attention_backward_typed<decltype(zero)>(q, k, v, probs, dout, d, q0, scale, dq, dk, dv);
   });

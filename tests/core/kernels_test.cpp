@@ -318,13 +318,12 @@ TEST(Kernels, ReductionsAndPermutation) {
       for (int k = 0; k < 4; ++k) EXPECT_EQ(p.at((k * 2 + i) * 3 + j), x.at((i * 3 + j) * 4 + k));
 }
 
-// Causal attention of a block of queries against plain loops in double: P = softmax(scale q k^T)
-// over the keys 0 .. q0 + i that query i sees, O = P V, and the gradients of sum(O * dO). The
-// sequence (77) spans several of the kernel's blocks of query rows and no vector width; the
-// blocks of queries start at 0, inside the sequence and near its end, and an empty block is
-// allowed anywhere. The dK and dV of the blocks add up to the whole sequence's.
-TEST(Kernels, CausalAttentionEqualsLoops) {
-  const std::int64_t B = 2, S = 77, H = 3, D = 5;
+// Causal attention of blocks of queries against plain loops in double: P = softmax(scale q k^T)
+// over the keys 0 .. q0 + i that query i sees, O = P V, and the gradients of sum(O * dO). `blocks`
+// are the (q0, rows) of each block, which together cover the sequence once; the dK and dV of the
+// blocks add up to the whole sequence's.
+void expect_causal_attention_equals_loops(std::int64_t B, std::int64_t S, std::int64_t H, std::int64_t D,
+                                          const std::vector<std::pair<std::int64_t, std::int64_t>>& blocks) {
   const double scale = 0.37;
   const Tensor q_all = values({B, S, H, D}, 1), k = values({B, S, H, D}, 2), v = values({B, S, H, D}, 3);
   const Tensor dout_all = values({B, S, H, D}, 4);
@@ -385,8 +384,9 @@ TEST(Kernels, CausalAttentionEqualsLoops) {
     const double tolerance = dtype == DType::f64 ? 1e-12 : dtype == DType::f32 ? 1e-5 : 0.05;
     const Tensor kt = k.astype(dtype), vt = v.astype(dtype);
     std::vector<double> dk_sum(out.size()), dv_sum(out.size());
-    for (const auto& [q0, n] : std::vector<std::pair<std::int64_t, std::int64_t>>{{0, 33}, {33, 0}, {33, 40}, {73, 4}}) {
-      const std::string label = std::string(dtype_name(dtype)) + " queries " + std::to_string(q0) + " + " + std::to_string(n);
+    for (const auto& [q0, n] : blocks) {
+      const std::string label = std::string(dtype_name(dtype)) + " D " + std::to_string(D) + " queries " +
+                                std::to_string(q0) + " + " + std::to_string(n);
       const Tensor q = rows(q_all, q0, n).astype(dtype), dout = rows(dout_all, q0, n).astype(dtype);
       Tensor o, probs, gq, gk, gv;
       causal_attention_forward(q, kt, vt, q0, scale, o, probs);
@@ -427,6 +427,15 @@ TEST(Kernels, CausalAttentionEqualsLoops) {
       ASSERT_NEAR(dv_sum[e], dv[e], 4 * tolerance) << dtype_name(dtype) << " dV element " << e;
     }
   }
+}
+
+// Shapes past the kernel's tiles in every direction: a sequence (77) that spans several blocks of
+// query rows and no vector width, d_head 5 (no vector at all), and d_head 34 over 70 keys (f32's
+// 16 x 16 blocks of the keys' transpose, with keys and d_head left over). The blocks of queries
+// start at 0, inside the sequence and near its end, and an empty block is allowed anywhere.
+TEST(Kernels, CausalAttentionEqualsLoops) {
+  expect_causal_attention_equals_loops(2, 77, 3, 5, {{0, 33}, {33, 0}, {33, 40}, {73, 4}});
+  expect_causal_attention_equals_loops(1, 70, 2, 34, {{0, 17}, {17, 35}, {52, 0}, {52, 18}});
   Tensor o, probs;
   try {
     causal_attention_forward(values({1, 8, 2, 4}, 1), values({1, 8, 2, 4}, 2), values({1, 8, 2, 4}, 3), 1, 1.0, o, probs);
