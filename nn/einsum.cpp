@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <unordered_map>
 
 #include "collectives/reshard.h"
 #include "core/error.h"
@@ -86,8 +87,17 @@ struct Aligned {
   const ShardedTensor* b = nullptr;
 };
 
+// The reshards plan_contraction runs, in order (operand 0 is a, 1 is b; each to a target spec),
+// and the product's spec and shape: what it decides for one set of arguments (ContractionKey).
+struct ContractionSteps {
+  std::vector<std::pair<int, Spec>> reshards;
+  Spec spec;
+  Shape shape;
+};
+
 // Reshards at most what the rules require so the operands' specs are consistent.
-void align(const EinsumSubscripts& sub, const ShardedTensor& a, const ShardedTensor& b, Aligned& out) {
+void align(const EinsumSubscripts& sub, const ShardedTensor& a, const ShardedTensor& b, Aligned& out,
+           ContractionSteps& steps) {
   out.a = &a;
   out.b = &b;
   // Partial axes the other operand uses cannot stay partial: reduce them first.
@@ -97,10 +107,12 @@ void align(const EinsumSubscripts& sub, const ShardedTensor& a, const ShardedTen
     return std::any_of(x.partial.begin(), x.partial.end(), [&](const std::string& p) { return used.count(p) > 0; });
   };
   if (conflicts_partial(a.spec(), b.spec())) {
+    steps.reshards.emplace_back(0, a.spec().without_partial());
     out.a_store = resolve_partial(a);
     out.a = &out.a_store;
   }
   if (conflicts_partial(out.b->spec(), out.a->spec())) {
+    steps.reshards.emplace_back(1, b.spec().without_partial());
     out.b_store = resolve_partial(b);
     out.b = &out.b_store;
   }
@@ -113,9 +125,11 @@ void align(const EinsumSubscripts& sub, const ShardedTensor& a, const ShardedTen
   if (cost_a < cost_b) {
     out.a_store = reshard(*out.a, a_target);
     out.a = &out.a_store;
+    steps.reshards.emplace_back(0, std::move(a_target));
   } else {
     out.b_store = reshard(*out.b, b_target);
     out.b = &out.b_store;
+    steps.reshards.emplace_back(1, std::move(b_target));
   }
 }
 
@@ -155,7 +169,7 @@ Shape result_shape(const EinsumSubscripts& sub, const ShardedTensor& a, const Sh
 }
 
 void check_operands(const EinsumSubscripts& sub, const ShardedTensor& a, const ShardedTensor& b) {
-  check_same_mesh(a, b, "einsum '" + sub.to_string() + "'");
+  if (!(a.mesh() == b.mesh())) check_same_mesh(a, b, "einsum '" + sub.to_string() + "'");
   if (a.ndim() != static_cast<int>(sub.a.size()) || b.ndim() != static_cast<int>(sub.b.size())) {
     throw ShapeError("einsum '" + sub.to_string() + "': operands of shapes " + shape_to_string(a.global_shape()) +
                      " and " + shape_to_string(b.global_shape()) + " do not match the subscripts");
@@ -208,35 +222,109 @@ struct Contraction {
   Shape shape;
 };
 
-// The operands of einsum (want == nullptr) or einsum_toward, with their collectives run.
-void plan_contraction(const EinsumSubscripts& sub, const ShardedTensor& a, const ShardedTensor& b, const Spec* want,
-                      Contraction& out) {
-  check_operands(sub, a, b);
+// The arguments plan_contraction's decisions follow from, in one string (each name preceded by
+// its length, so that no two argument lists give one key): the subscripts, the mesh's shape, the
+// operands' specs as written, global shapes and dtype, and `want`.
+std::string contraction_key(const EinsumSubscripts& sub, const ShardedTensor& a, const ShardedTensor& b,
+                            const Spec* want) {
+  std::string key;
+  key.reserve(256);
+  auto put = [&key](std::int64_t value) { key.append(reinterpret_cast<const char*>(&value), sizeof value); };
+  auto put_name = [&](const std::string& name) {
+    put(static_cast<std::int64_t>(name.size()));
+    key += name;
+  };
+  auto put_axes = [&](const Axes& axes) {
+    put(static_cast<std::int64_t>(axes.size()));
+    for (const auto& name : axes) put_name(name);
+  };
+  auto put_spec = [&](const Spec& spec) {
+    put(spec.ndim());
+    for (const auto& axes : spec.dims) put_axes(axes);
+    put_axes(spec.partial);
+  };
+  for (const std::string* letters : {&sub.a, &sub.b, &sub.out}) put_name(*letters);
+  const MeshShape& mesh = a.mesh().shape();
+  put_axes(mesh.names());
+  for (int size : mesh.sizes()) put(size);
+  for (const ShardedTensor* x : {&a, &b}) {
+    put_spec(x->spec());
+    put(static_cast<std::int64_t>(x->global_shape().size()));
+    for (std::int64_t extent : x->global_shape()) put(extent);
+    put(static_cast<std::int64_t>(x->dtype()));
+  }
+  put(want != nullptr);
+  if (want != nullptr) put_spec(*want);
+  return key;
+}
+
+// The operands of einsum (want == nullptr) or einsum_toward, with their collectives run, as the
+// rules below decide them; `steps` records the decisions.
+void decide_contraction(const EinsumSubscripts& sub, const ShardedTensor& a, const ShardedTensor& b, const Spec* want,
+                        Contraction& out, ContractionSteps& steps) {
   out.shape = result_shape(sub, a, b);
-  align(sub, a, b, out.aligned);
+  align(sub, a, b, out.aligned, steps);
   out.a = out.aligned.a;
   out.b = out.aligned.b;
   out.spec = result_spec(sub, out.a->spec(), out.b->spec());
-  if (want == nullptr) return;
-  const MeshShape& mesh = a.mesh().shape();
-  const Spec target = want->padded(static_cast<int>(out.shape.size()));
-  const Spec a_to = toward(sub.a, out.a->spec(), sub.out, target);
-  const Spec b_to = toward(sub.b, out.b->spec(), sub.out, target);
-  // The product of the moved factors is exactly the wanted block: no rank computes a block it
-  // then drops, and nothing is left to reshard.
-  if (!(out.spec == target) && consistent(sub, a_to, b_to) && result_spec(sub, a_to, b_to) == target) {
-    const double reduce_cost =
-        static_cast<double>(cached_reshard_plan(mesh, out.spec, target, out.shape, a.dtype())->bytes_per_rank());
-    const double extra_flops = local_flops(sub, mesh, a_to, a.global_shape(), b_to, b.global_shape()) -
-                               local_flops(sub, mesh, out.a->spec(), a.global_shape(), out.b->spec(), b.global_shape());
-    const double move_cost = static_cast<double>(reshard_bytes(*out.a, a_to) + reshard_bytes(*out.b, b_to)) +
-                             extra_flops / kFlopsPerCommByte;
-    if (move_cost < reduce_cost) {
-      out.a = &on_spec(*out.a, a_to, out.a_moved);
-      out.b = &on_spec(*out.b, b_to, out.b_moved);
-      out.spec = target;
+  if (want != nullptr) {
+    const MeshShape& mesh = a.mesh().shape();
+    const Spec target = want->padded(static_cast<int>(out.shape.size()));
+    const Spec a_to = toward(sub.a, out.a->spec(), sub.out, target);
+    const Spec b_to = toward(sub.b, out.b->spec(), sub.out, target);
+    // The product of the moved factors is exactly the wanted block: no rank computes a block it
+    // then drops, and nothing is left to reshard.
+    if (!(out.spec == target) && consistent(sub, a_to, b_to) && result_spec(sub, a_to, b_to) == target) {
+      const double reduce_cost =
+          static_cast<double>(cached_reshard_plan(mesh, out.spec, target, out.shape, a.dtype())->bytes_per_rank());
+      const double extra_flops =
+          local_flops(sub, mesh, a_to, a.global_shape(), b_to, b.global_shape()) -
+          local_flops(sub, mesh, out.a->spec(), a.global_shape(), out.b->spec(), b.global_shape());
+      const double move_cost = static_cast<double>(reshard_bytes(*out.a, a_to) + reshard_bytes(*out.b, b_to)) +
+                               extra_flops / kFlopsPerCommByte;
+      if (move_cost < reduce_cost) {
+        if (!(out.a->spec() == a_to)) steps.reshards.emplace_back(0, a_to);
+        if (!(out.b->spec() == b_to)) steps.reshards.emplace_back(1, b_to);
+        out.a = &on_spec(*out.a, a_to, out.a_moved);
+        out.b = &on_spec(*out.b, b_to, out.b_moved);
+        out.spec = target;
+      }
     }
   }
+  steps.spec = out.spec;
+  steps.shape = out.shape;
+}
+
+// The operands of einsum (want == nullptr) or einsum_toward, with their collectives run. A
+// program contracts the same arguments every step: their decisions (the specs compared, the
+// candidates' costs weighed) are made once and cached per process, as reshard plans are
+// (collectives/reshard_plan.h), so the same on every rank; later calls run the recorded reshards
+// in the recorded order. The cache is emptied when it grows large.
+void plan_contraction(const EinsumSubscripts& sub, const ShardedTensor& a, const ShardedTensor& b, const Spec* want,
+                      Contraction& out) {
+  check_operands(sub, a, b);
+  static std::unordered_map<std::string, ContractionSteps> cache;
+  std::string key = contraction_key(sub, a, b, want);
+  const auto found = cache.find(key);
+  if (found == cache.end()) {
+    ContractionSteps steps;
+    decide_contraction(sub, a, b, want, out, steps);
+    if (cache.size() >= 4096) cache.clear();
+    cache.emplace(std::move(key), std::move(steps));
+    return;
+  }
+  const ContractionSteps& steps = found->second;
+  out.a = &a;
+  out.b = &b;
+  for (const auto& [operand, target] : steps.reshards) {
+    const ShardedTensor*& x = operand == 0 ? out.a : out.b;
+    ShardedTensor& store = operand == 0 ? out.a_moved : out.b_moved;
+    ShardedTensor moved = reshard(*x, target);
+    store = std::move(moved);
+    x = &store;
+  }
+  out.spec = steps.spec;
+  out.shape = steps.shape;
 }
 
 // The planned product.

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 
 #include "collectives/comm_stats.h"
 #include "collectives/reshard.h"
@@ -145,6 +146,50 @@ TEST(OpsSharded, WeightGradientOfASmallBatchGathersItsOperands) {
   EXPECT_EQ(grads[0]->spec().to_string(), Spec::replicated(2).to_string());
   EXPECT_EQ(scope.count(CommOp::all_gather), 2);
   EXPECT_EQ(scope.count(CommOp::all_reduce), 0);
+}
+
+// A contraction's decisions are cached per process (nn/einsum.cpp, plan_contraction): the same
+// arguments again run the same collectives, in the same order, and give the same bits, whether
+// the first call aligned the operands (w's rows split like x's batch: one of them resharded), had
+// a partial operand's axis resolved first, or moved both factors toward a wanted spec. Shapes
+// that no other test contracts, so that the first call of each is planned.
+TEST(OpsSharded, AContractionMetAgainReplaysItsPlan) {
+  const int n = world_size();
+  if (n < 2) GTEST_SKIP() << "needs a data axis";
+  Mesh mesh = Mesh::world(MeshShape({"data"}, {n}));
+  const auto value = [](std::int64_t i) { return 0.01 * static_cast<double>((i * 37) % 101) - 0.5; };
+  const auto operand = [&](const char* spec, Shape shape, const char* name) {
+    return ShardedTensor::from_fn(mesh, parse_spec(spec), std::move(shape), DType::f32, value, name);
+  };
+  const std::int64_t b = 2 * n, d = 264, h = 136;
+  const ShardedTensor x = operand("P(data, None)", {b, d}, "x");
+  const ShardedTensor w = operand("P(data, None)", {d, h}, "w");
+  const ShardedTensor g = operand("P(data, None)", {b, h}, "g");
+  // A partial operand whose partial axis the other operand splits: resolved before the product.
+  const ShardedTensor partial = tessera::reshard(operand("P(None, None)", {b, d}, "p"), parse_spec("P(None, None; partial=data)"));
+  struct Case {
+    std::string label;
+    std::function<ShardedTensor()> run;
+  };
+  const std::vector<Case> cases = {
+      {"aligned", [&] { return einsum("bd,dh->bh", x, w); }},
+      {"partial", [&] { return einsum("bd,dh->bh", partial, w); }},
+      {"moved", [&] { return einsum_toward("bd,bh->dh", x, g, parse_spec("P(data, None)")); }},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::vector<CommRecord>> records(2);
+    std::vector<ShardedTensor> out;
+    for (int call = 0; call < 2; ++call) {
+      const CommScope scope;
+      out.push_back(c.run());
+      records[call] = scope.records();
+    }
+    EXPECT_FALSE(records[0].empty()) << c.label;
+    EXPECT_EQ(records[1], records[0]) << c.label;
+    EXPECT_EQ(out[1].spec().to_string(), out[0].spec().to_string()) << c.label;
+    ASSERT_EQ(out[1].local().nbytes(), out[0].local().nbytes()) << c.label;
+    EXPECT_EQ(std::memcmp(out[1].local().raw(), out[0].local().raw(), out[0].local().nbytes()), 0) << c.label;
+  }
 }
 
 TEST(OpsSharded, MismatchedEinsumShapesAreAnErrorOnEveryRank) {
