@@ -527,32 +527,11 @@ ReshardPlan make_plan(const MeshShape& mesh, const Spec& source, const Spec& tar
 
 namespace {
 
-// The plan cache's key: every argument in one string, built with one allocation (each name
-// preceded by its length, so that no two argument lists give one key). The specs are taken as
-// written, not padded: a key met before means these very arguments were validated and planned.
+// The plan cache's key (PlanKey): the specs as written, not padded, so a key met before means
+// these very arguments were validated and planned.
 std::string plan_key(const MeshShape& mesh, const Spec& source, const Spec& target, const Shape& global_shape,
                      DType dtype) {
-  std::string key;
-  key.reserve(256);
-  auto put = [&key](std::int64_t value) { key.append(reinterpret_cast<const char*>(&value), sizeof value); };
-  auto put_axes = [&](const Axes& axes) {
-    put(static_cast<std::int64_t>(axes.size()));
-    for (const auto& name : axes) {
-      put(static_cast<std::int64_t>(name.size()));
-      key += name;
-    }
-  };
-  put_axes(mesh.names());
-  for (int size : mesh.sizes()) put(size);
-  for (const Spec* spec : {&source, &target}) {
-    put(spec->ndim());
-    for (const auto& axes : spec->dims) put_axes(axes);
-    put_axes(spec->partial);
-  }
-  put(static_cast<std::int64_t>(global_shape.size()));
-  for (std::int64_t extent : global_shape) put(extent);
-  put(static_cast<std::int64_t>(dtype));
-  return key;
+  return PlanKey().add(mesh).add(source).add(target).add(global_shape).add(static_cast<std::int64_t>(dtype)).take();
 }
 
 }  // namespace

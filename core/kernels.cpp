@@ -1512,22 +1512,53 @@ void for_key_blocks(std::int64_t seen, std::int64_t q0, F&& f) {
   }
 }
 
+// The three products of attention, each in the two places that take it. x, out and y are one
+// head's [rows, D] with rows d.ld() apart; p [Sq, S] holds one row per query.
+
+// out [Sq, S] = x y^T (x [Sq, D], y [S, D]) for the keys each block of query rows sees, in whole
+// vectors of keys (y transposed once into yt [D, S], scratch, padded with zeros): the scores
+// Q K^T, and dO V^T. A row's keys past those it sees, to the end of its block's last vector, hold
+// products too; the caller sets them to 0.
+template <class T>
+void block_scores(const T* x, const T* y, T* yt, T* out, const AttentionDims& d, std::int64_t q0) {
+  const std::int64_t S = d.S, ld = d.ld(), seen = keys_seen(q0, d.Sq - 1, S);
+  transpose_head(y, ld, seen, d.D, yt);
+  for_query_blocks(d.Sq, S, q0, [&](std::int64_t r0, std::int64_t r1, std::int64_t w) {
+    const auto xa = [&](std::int64_t i, std::int64_t e) { return x[(r0 + i) * ld + e]; };
+    attention_product<T>(xa, yt, padded_keys<T>(seen), r1 - r0, std::min(S, padded_keys<T>(w)), d.D, out + r0 * S, S);
+  });
+}
+
+// out [Sq, D] = p y (y [S, D]) over the keys each block of query rows sees: P V, and dS K.
+template <class T>
+void block_mix(const T* p, const T* y, T* out, const AttentionDims& d, std::int64_t q0) {
+  const std::int64_t S = d.S, ld = d.ld();
+  for_query_blocks(d.Sq, S, q0, [&](std::int64_t r0, std::int64_t r1, std::int64_t w) {
+    const auto pa = [&](std::int64_t i, std::int64_t j) { return p[(r0 + i) * S + j]; };
+    attention_product<T>(pa, y, ld, r1 - r0, d.D, w, out + r0 * ld, ld);
+  });
+}
+
+// out [S, D] = p^T x (x [Sq, D]) for the keys any query sees, each from the first query that sees
+// it, and 0 for the keys no query sees: P^T dO, and dS^T Q.
+template <class T>
+void key_gradient(const T* p, const T* x, T* out, const AttentionDims& d, std::int64_t q0) {
+  const std::int64_t S = d.S, Sq = d.Sq, D = d.D, ld = d.ld(), seen = keys_seen(q0, Sq - 1, S);
+  for_key_blocks(seen, q0, [&](std::int64_t j0, std::int64_t j1, std::int64_t i0) {
+    const auto pt = [&](std::int64_t j, std::int64_t i) { return p[(i0 + i) * S + j0 + j]; };
+    attention_product<T>(pt, x + i0 * ld, ld, j1 - j0, D, Sq - i0, out + j0 * ld, ld);
+  });
+  for (std::int64_t j = seen; j < S; ++j) std::fill(out + j * ld, out + j * ld + D, T(0));
+}
+
 // One batch row and head: q, out [Sq, D] and k, v [S, D] with rows d.ld() apart, p [Sq, S];
 // shifted [S] and kt [D, S] are scratch. Each block of query rows gets its scores for the keys its
-// last row sees (Q K^T, from K transposed once per head), each row its softmax over the keys it
-// sees (0 past them), and out = P V over the block's keys.
+// last row sees, each row its softmax over the keys it sees (0 past them), and out = P V.
 template <class T>
 void attention_forward_head(const T* q, const T* k, const T* v, T* out, T* p, T* shifted, T* kt,
                             const AttentionDims& d, std::int64_t q0, T scale) {
-  const std::int64_t Sq = d.Sq, S = d.S, D = d.D, ld = d.ld();
-  const std::int64_t seen = keys_seen(q0, Sq - 1, S);  // keys any query sees
-  // The scores of a block's keys in whole vectors (the keys past w from K's zero padding, within
-  // the row: the softmax zeroes them).
-  transpose_head(k, ld, seen, D, kt);
-  for_query_blocks(Sq, S, q0, [&](std::int64_t r0, std::int64_t r1, std::int64_t w) {
-    const auto qa = [&](std::int64_t i, std::int64_t e) { return q[(r0 + i) * ld + e]; };
-    attention_product<T>(qa, kt, padded_keys<T>(seen), r1 - r0, std::min(S, padded_keys<T>(w)), D, p + r0 * S, S);
-  });
+  const std::int64_t Sq = d.Sq, S = d.S;
+  block_scores(q, k, kt, p, d, q0);
   // Each row's softmax over the keys it sees, its passes taken over whole vectors (the keys past
   // those to the vector's end, which the products computed, then set to 0 before the sum).
   using V = typename Vec<T>::type;
@@ -1550,10 +1581,7 @@ void attention_forward_head(const T* q, const T* k, const T* v, T* out, T* p, T*
     std::fill(r + width, r + S, T(0));
     x /= x.sum();
   }
-  for_query_blocks(Sq, S, q0, [&](std::int64_t r0, std::int64_t r1, std::int64_t w) {
-    const auto pa = [&](std::int64_t i, std::int64_t j) { return p[(r0 + i) * S + j]; };
-    attention_product<T>(pa, v, ld, r1 - r0, D, w, out + r0 * ld, ld);
-  });
+  block_mix(p, v, out, d, q0);
 }
 
 // Its backward; dq [Sq, D] and dk, dv [S, D] (rows d.ld() apart) are written whole, the keys no
@@ -1561,19 +1589,10 @@ void attention_forward_head(const T* q, const T* k, const T* v, T* out, T* p, T*
 template <class T>
 void attention_backward_head(const T* q, const T* k, const T* v, const T* p, const T* dout, T* dq, T* dk, T* dv,
                              T* dp, T* vt, const AttentionDims& d, std::int64_t q0, T scale) {
-  const std::int64_t Sq = d.Sq, S = d.S, D = d.D, ld = d.ld();
-  const std::int64_t seen = keys_seen(q0, Sq - 1, S);  // keys any query sees
-  // dV = P^T dO over the keys seen, each key from the first query that sees it.
-  for_key_blocks(seen, q0, [&](std::int64_t j0, std::int64_t j1, std::int64_t i0) {
-    const auto pt = [&](std::int64_t j, std::int64_t i) { return p[(i0 + i) * S + j0 + j]; };
-    attention_product<T>(pt, dout + i0 * ld, ld, j1 - j0, D, Sq - i0, dv + j0 * ld, ld);
-  });
+  const std::int64_t Sq = d.Sq, S = d.S;
+  key_gradient(p, dout, dv, d, q0);  // dV = P^T dO
   // dP = dO V^T, then dS = scale P (dP - rowsum(P dP)).
-  transpose_head(v, ld, seen, D, vt);
-  for_query_blocks(Sq, S, q0, [&](std::int64_t r0, std::int64_t r1, std::int64_t w) {
-    const auto ga = [&](std::int64_t i, std::int64_t e) { return dout[(r0 + i) * ld + e]; };
-    attention_product<T>(ga, vt, padded_keys<T>(seen), r1 - r0, std::min(S, padded_keys<T>(w)), D, dp + r0 * S, S);
-  });
+  block_scores(dout, v, vt, dp, d, q0);
   for (std::int64_t i = 0; i < Sq; ++i) {
     const std::int64_t width = keys_seen(q0, i, S);
     const auto pi = ArrayIn<T>(p + i * S, width);
@@ -1582,20 +1601,8 @@ void attention_backward_head(const T* q, const T* k, const T* v, const T* p, con
     g = scale * (pi * (g - dot));
     std::fill(dp + i * S + width, dp + (i + 1) * S, T(0));
   }
-  // dQ = dS K; dK = dS^T Q.
-  for_query_blocks(Sq, S, q0, [&](std::int64_t r0, std::int64_t r1, std::int64_t w) {
-    const auto sa = [&](std::int64_t i, std::int64_t j) { return dp[(r0 + i) * S + j]; };
-    attention_product<T>(sa, k, ld, r1 - r0, D, w, dq + r0 * ld, ld);
-  });
-  for_key_blocks(seen, q0, [&](std::int64_t j0, std::int64_t j1, std::int64_t i0) {
-    const auto st = [&](std::int64_t j, std::int64_t i) { return dp[(i0 + i) * S + j0 + j]; };
-    attention_product<T>(st, q + i0 * ld, ld, j1 - j0, D, Sq - i0, dk + j0 * ld, ld);
-  });
-  // The keys no query sees.
-  for (std::int64_t j = seen; j < S; ++j) {
-    std::fill(dk + j * ld, dk + j * ld + D, T(0));
-    std::fill(dv + j * ld, dv + j * ld + D, T(0));
-  }
+  block_mix(dp, k, dq, d, q0);       // dQ = dS K
+  key_gradient(dp, q, dk, d, q0);    // dK = dS^T Q
 }
 
 // Calls f(q_at, k_at, p_at) for every batch row and head: the offsets of its first element in q

@@ -319,6 +319,41 @@ std::string ShapeString::to_string() const {
   return out;
 }
 
+PlanKey& PlanKey::add(std::int64_t value) {
+  key_.append(reinterpret_cast<const char*>(&value), sizeof value);
+  return *this;
+}
+
+PlanKey& PlanKey::add(std::string_view name) {
+  add(static_cast<std::int64_t>(name.size()));
+  key_ += name;
+  return *this;
+}
+
+PlanKey& PlanKey::add(const Axes& axes) {
+  add(static_cast<std::int64_t>(axes.size()));
+  for (const auto& name : axes) add(std::string_view(name));
+  return *this;
+}
+
+PlanKey& PlanKey::add(const Spec& spec) {
+  add(static_cast<std::int64_t>(spec.ndim()));
+  for (const auto& axes : spec.dims) add(axes);
+  return add(spec.partial);
+}
+
+PlanKey& PlanKey::add(const Shape& shape) {
+  add(static_cast<std::int64_t>(shape.size()));
+  for (std::int64_t extent : shape) add(extent);
+  return *this;
+}
+
+PlanKey& PlanKey::add(const MeshShape& mesh) {
+  add(mesh.names());
+  for (int size : mesh.sizes()) add(static_cast<std::int64_t>(size));
+  return *this;
+}
+
 ShapeString parse_shape_string(std::string_view text) {
   Cursor in(text, "shape string");
   ShapeString out;

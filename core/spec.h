@@ -99,6 +99,24 @@ std::vector<std::int64_t> block_offsets(const Spec& spec, const MeshShape& mesh,
 std::vector<std::int64_t> group_block_extents(const Spec& spec, const MeshShape& mesh, const Shape& global, int d,
                                               const Axes& axes, const std::vector<int>& coords);
 
+// The key of a cache of plans made from specs, shapes and meshes (reshard plans, contraction
+// plans), in one string with one allocation: every number in 8 bytes and each name preceded by
+// its length, so that no two argument lists give one key. Specs go in as written, not padded.
+class PlanKey {
+ public:
+  PlanKey() { key_.reserve(256); }
+  PlanKey& add(std::int64_t value);
+  PlanKey& add(std::string_view name);
+  PlanKey& add(const Axes& axes);
+  PlanKey& add(const Spec& spec);
+  PlanKey& add(const Shape& shape);
+  PlanKey& add(const MeshShape& mesh);
+  std::string take() { return std::move(key_); }
+
+ private:
+  std::string key_;
+};
+
 // One dimension of a seqax shape string: a name (bound by shape checking) or an explicit size,
 // then the mesh axes that split it.
 struct DimSpec {

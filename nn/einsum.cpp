@@ -88,7 +88,7 @@ struct Aligned {
 };
 
 // The reshards plan_contraction runs, in order (operand 0 is a, 1 is b; each to a target spec),
-// and the product's spec and shape: what it decides for one set of arguments (ContractionKey).
+// and the product's spec and shape: what it decides for one set of arguments (contraction_key).
 struct ContractionSteps {
   std::vector<std::pair<int, Spec>> reshards;
   Spec spec;
@@ -222,40 +222,18 @@ struct Contraction {
   Shape shape;
 };
 
-// The arguments plan_contraction's decisions follow from, in one string (each name preceded by
-// its length, so that no two argument lists give one key): the subscripts, the mesh's shape, the
-// operands' specs as written, global shapes and dtype, and `want`.
+// The arguments plan_contraction's decisions follow from (a PlanKey): the subscripts, the mesh's
+// shape, the operands' specs as written, global shapes and dtype, and `want`.
 std::string contraction_key(const EinsumSubscripts& sub, const ShardedTensor& a, const ShardedTensor& b,
                             const Spec* want) {
-  std::string key;
-  key.reserve(256);
-  auto put = [&key](std::int64_t value) { key.append(reinterpret_cast<const char*>(&value), sizeof value); };
-  auto put_name = [&](const std::string& name) {
-    put(static_cast<std::int64_t>(name.size()));
-    key += name;
-  };
-  auto put_axes = [&](const Axes& axes) {
-    put(static_cast<std::int64_t>(axes.size()));
-    for (const auto& name : axes) put_name(name);
-  };
-  auto put_spec = [&](const Spec& spec) {
-    put(spec.ndim());
-    for (const auto& axes : spec.dims) put_axes(axes);
-    put_axes(spec.partial);
-  };
-  for (const std::string* letters : {&sub.a, &sub.b, &sub.out}) put_name(*letters);
-  const MeshShape& mesh = a.mesh().shape();
-  put_axes(mesh.names());
-  for (int size : mesh.sizes()) put(size);
+  PlanKey key;
+  key.add(sub.a).add(sub.b).add(sub.out).add(a.mesh().shape());
   for (const ShardedTensor* x : {&a, &b}) {
-    put_spec(x->spec());
-    put(static_cast<std::int64_t>(x->global_shape().size()));
-    for (std::int64_t extent : x->global_shape()) put(extent);
-    put(static_cast<std::int64_t>(x->dtype()));
+    key.add(x->spec()).add(x->global_shape()).add(static_cast<std::int64_t>(x->dtype()));
   }
-  put(want != nullptr);
-  if (want != nullptr) put_spec(*want);
-  return key;
+  key.add(static_cast<std::int64_t>(want != nullptr));
+  if (want != nullptr) key.add(*want);
+  return key.take();
 }
 
 // The operands of einsum (want == nullptr) or einsum_toward, with their collectives run, as the
@@ -319,8 +297,7 @@ void plan_contraction(const EinsumSubscripts& sub, const ShardedTensor& a, const
   for (const auto& [operand, target] : steps.reshards) {
     const ShardedTensor*& x = operand == 0 ? out.a : out.b;
     ShardedTensor& store = operand == 0 ? out.a_moved : out.b_moved;
-    ShardedTensor moved = reshard(*x, target);
-    store = std::move(moved);
+    store = reshard(*x, target);  // *x may be `store` itself: read before it is assigned
     x = &store;
   }
   out.spec = steps.spec;
