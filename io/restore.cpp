@@ -550,9 +550,11 @@ std::array<char, 64> kernel_identity() {
   return identity;
 }
 
-// For each rank of `comm`, the lowest rank of `comm` that reads through the same page cache
-// (collective: one all-gather of 64 bytes per rank).
+// For each rank of `comm`, the lowest rank of `comm` that reads through the same page cache:
+// rank 0 for all in a job the launcher reports on one node (one kernel), else by one all-gather
+// of 64 bytes per rank (collective; every rank takes the same branch).
 std::vector<int> node_leaders(const Communicator& comm) {
+  if (job_on_one_node()) return std::vector<int>(static_cast<std::size_t>(comm.size()), 0);
   const std::array<char, 64> mine = kernel_identity();
   const auto ranks = static_cast<std::size_t>(comm.size());
   std::vector<char> all(ranks * mine.size());
