@@ -4,7 +4,8 @@
 // run (rank 0, fwrite/fread in 64 MiB pieces, fsync). Before every read the file's pages are
 // dropped from the page cache (posix_fadvise DONTNEED after fsync), so reads come from the disk
 // or whatever cache lies below the kernel. The state is an nn::TrainState saved and restored
-// as the apps do (save_train_state, restore_train_state_into an allocated target); each rank
+// as the apps do (save_train_state, restore_train_state_into an allocated target), and each is
+// timed as its slowest rank's time from a common barrier to its return (slowest_rank); each rank
 // also measures how much resident memory a save and a restore add at their peak above what it
 // held just before (VmHWM after resetting it), over its bytes of the state:
 // save_extra_rss_over_state and restore_extra_rss_over_state, the largest rank's. The save's
@@ -47,6 +48,17 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   return values[values.size() / 2];
+}
+
+// The slowest rank's time for a collective operation each rank timed from the same barrier: the
+// save and the restore end in an agreement, so every rank returns once all have done their part.
+// Not rank 0's time to a barrier after it: ranks past that barrier go on (comparing the restored
+// bits, rank 0's plain write) and hold the two cores for whole scheduler ticks while the ranks
+// still in MPI's yielding barrier wait for them, which added 0-18 ms, in steps of 4 ms, to a
+// restore whose every rank had returned within 0.5 ms of the others (8 ranks on 2 cores, 96 MiB).
+double slowest_rank(const Mesh& mesh, double seconds) {
+  MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, mesh.comm().handle());
+  return seconds;
 }
 
 // Drops a file's pages from the page cache (after fsync, so they are clean and can be dropped).
@@ -180,8 +192,7 @@ void bench_state(const Mesh& mesh, const std::string& name, int layers, std::int
     auto start = Clock::now();
     std::string file;
     std::int64_t extra = peak_extra_bytes([&] { file = save_train_state(state, dir, meta, SaveOptions{.keep = 1}); });
-    MPI_Barrier(MPI_COMM_WORLD);
-    save_s.push_back(seconds_since(start));
+    save_s.push_back(slowest_rank(mesh, seconds_since(start)));
     rss_known = rss_known && extra >= 0;
     save_extra = std::max(save_extra, static_cast<double>(extra) / static_cast<double>(rank_bytes));
     // The previous checkpoint is unlinked by rank 0's background thread (SaveOptions): its end is
@@ -194,8 +205,7 @@ void bench_state(const Mesh& mesh, const std::string& name, int layers, std::int
     MPI_Barrier(MPI_COMM_WORLD);
     start = Clock::now();
     extra = peak_extra_bytes([&] { restore_train_state_into(file, target); });
-    MPI_Barrier(MPI_COMM_WORLD);
-    restore_s.push_back(seconds_since(start));
+    restore_s.push_back(slowest_rank(mesh, seconds_since(start)));
     rss_known = rss_known && extra >= 0;
     restore_extra = std::max(restore_extra, static_cast<double>(extra) / static_cast<double>(rank_bytes));
     const auto saved = arrays_of(state), restored = arrays_of(target);
@@ -214,6 +224,9 @@ void bench_state(const Mesh& mesh, const std::string& name, int layers, std::int
         error = e.what();
       }
     }
+    // The other ranks sleep while rank 0 alone writes and reads (MPI's barrier would poll and
+    // yield, taking turns on rank 0's core).
+    mesh.comm().barrier_sleeping();
     agree_or_throw<IoError>(mesh.comm(), error);
     state.step += 1;
   }

@@ -10,7 +10,9 @@
 // value <= 0xffff), and 0 when all are.
 #include "io/fletcher32.h"
 
-#if defined(__SSE2__)
+#if defined(__AVX512BW__) || defined(__AVX2__)
+#include <immintrin.h>
+#elif defined(__SSE2__)
 #include <emmintrin.h>
 #endif
 
@@ -22,6 +24,104 @@ constexpr std::uint64_t modulus = 65535;
 
 inline std::uint32_t word(const unsigned char* p) { return (static_cast<std::uint32_t>(p[0]) << 8) | p[1]; }
 
+// A block is `steps` steps of `lanes` words, one lane per word position l: lane l sums its words
+// (a[l]) and their running sums (b[l]), so that over the block the sum of k w[lanes k + l] is
+// steps a[l] - b[l]. b <= steps (steps + 1) / 2 * 65535 < 2^32.
+constexpr std::size_t steps = 256;
+
+// The vector versions widen each 16-byte group of 8 words to 32 bits in two halves: element e of
+// the low half holds word e % 4 of group e / 4, element e of the high half its word 4 + e % 4.
+// SSE2 takes the halves by unpacking against zero after swapping each word's bytes; AVX2 and
+// AVX-512 with one byte shuffle each, which also swaps the bytes (0x80: a zero byte).
+constexpr std::size_t lane_of(std::size_t e, std::size_t half) { return 8 * (e / 4) + 4 * half + e % 4; }
+#if defined(__AVX512BW__) || defined(__AVX2__)
+alignas(16) constexpr unsigned char widen_low[16] = {1, 0, 0x80, 0x80, 3, 2, 0x80, 0x80,
+                                                     5, 4, 0x80, 0x80, 7, 6, 0x80, 0x80};
+alignas(16) constexpr unsigned char widen_high[16] = {9, 8, 0x80, 0x80, 11, 10, 0x80, 0x80,
+                                                      13, 12, 0x80, 0x80, 15, 14, 0x80, 0x80};
+#endif
+
+#if defined(__AVX512BW__)
+constexpr std::size_t lanes = 32;  // 64 bytes a step
+void block_sums(const unsigned char* q, std::uint32_t (&a)[lanes], std::uint32_t (&b)[lanes]) {
+  const __m512i low = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(widen_low)));
+  const __m512i high = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(widen_high)));
+  __m512i a_low = _mm512_setzero_si512(), a_high = a_low, b_low = a_low, b_high = a_low;
+  for (std::size_t k = 0; k < steps; ++k) {
+    const __m512i raw = _mm512_loadu_si512(q + 2 * lanes * k);
+    a_low = _mm512_add_epi32(a_low, _mm512_shuffle_epi8(raw, low));
+    a_high = _mm512_add_epi32(a_high, _mm512_shuffle_epi8(raw, high));
+    b_low = _mm512_add_epi32(b_low, a_low);
+    b_high = _mm512_add_epi32(b_high, a_high);
+  }
+  alignas(64) std::uint32_t out[4][16];
+  _mm512_store_si512(out[0], a_low);
+  _mm512_store_si512(out[1], a_high);
+  _mm512_store_si512(out[2], b_low);
+  _mm512_store_si512(out[3], b_high);
+  for (std::size_t e = 0; e < 16; ++e) {
+    for (std::size_t half = 0; half < 2; ++half) {
+      a[lane_of(e, half)] = out[half][e];
+      b[lane_of(e, half)] = out[2 + half][e];
+    }
+  }
+}
+#elif defined(__AVX2__)
+constexpr std::size_t lanes = 16;  // 32 bytes a step
+void block_sums(const unsigned char* q, std::uint32_t (&a)[lanes], std::uint32_t (&b)[lanes]) {
+  const __m256i low = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(widen_low)));
+  const __m256i high = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(widen_high)));
+  __m256i a_low = _mm256_setzero_si256(), a_high = a_low, b_low = a_low, b_high = a_low;
+  for (std::size_t k = 0; k < steps; ++k) {
+    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 2 * lanes * k));
+    a_low = _mm256_add_epi32(a_low, _mm256_shuffle_epi8(raw, low));
+    a_high = _mm256_add_epi32(a_high, _mm256_shuffle_epi8(raw, high));
+    b_low = _mm256_add_epi32(b_low, a_low);
+    b_high = _mm256_add_epi32(b_high, a_high);
+  }
+  alignas(32) std::uint32_t out[4][8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(out[0]), a_low);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(out[1]), a_high);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(out[2]), b_low);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(out[3]), b_high);
+  for (std::size_t e = 0; e < 8; ++e) {
+    for (std::size_t half = 0; half < 2; ++half) {
+      a[lane_of(e, half)] = out[half][e];
+      b[lane_of(e, half)] = out[2 + half][e];
+    }
+  }
+}
+#elif defined(__SSE2__)
+constexpr std::size_t lanes = 8;  // 16 bytes a step
+void block_sums(const unsigned char* q, std::uint32_t (&a)[lanes], std::uint32_t (&b)[lanes]) {
+  const __m128i zero = _mm_setzero_si128();
+  __m128i a_low = zero, a_high = zero, b_low = zero, b_high = zero;
+  for (std::size_t k = 0; k < steps; ++k) {
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 2 * lanes * k));
+    const __m128i words16 = _mm_or_si128(_mm_slli_epi16(raw, 8), _mm_srli_epi16(raw, 8));  // big-endian words
+    a_low = _mm_add_epi32(a_low, _mm_unpacklo_epi16(words16, zero));
+    a_high = _mm_add_epi32(a_high, _mm_unpackhi_epi16(words16, zero));
+    b_low = _mm_add_epi32(b_low, a_low);
+    b_high = _mm_add_epi32(b_high, a_high);
+  }
+  // One group: the halves are lanes 0-3 and 4-7 (lane_of).
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(a), a_low);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(a + 4), a_high);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(b), b_low);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(b + 4), b_high);
+}
+#else
+constexpr std::size_t lanes = 8;
+void block_sums(const unsigned char* q, std::uint32_t (&a)[lanes], std::uint32_t (&b)[lanes]) {
+  for (std::size_t k = 0; k < steps; ++k) {
+    for (std::size_t l = 0; l < lanes; ++l) {
+      a[l] += word(q + 2 * (lanes * k + l));
+      b[l] += a[l];
+    }
+  }
+}
+#endif
+
 }  // namespace
 
 std::uint32_t fletcher32(const void* data, std::size_t bytes) {
@@ -31,39 +131,12 @@ std::uint32_t fletcher32(const void* data, std::size_t bytes) {
   std::uint64_t s = 0;  // S mod 65535
   std::uint64_t t = 0;  // T mod 65535
   bool any = false;
-  // Blocks of 256 steps of 8 words, one lane per word position: lane l sums its words (a) and
-  // their running sums (b), so that with K steps, sum over the block of k w[8k + l] is K a - b.
-  constexpr std::size_t lanes = 8;
-  constexpr std::size_t steps = 256;  // b <= steps (steps + 1) / 2 * 65535 < 2^32
   constexpr std::size_t block = lanes * steps;
   std::size_t i = 0;
   for (; i + block <= full_words; i += block) {
-    const unsigned char* q = p + 2 * i;
     std::uint32_t a[lanes] = {};
     std::uint32_t b[lanes] = {};
-#if defined(__SSE2__)
-    const __m128i zero = _mm_setzero_si128();
-    __m128i a_low = zero, a_high = zero, b_low = zero, b_high = zero;
-    for (std::size_t k = 0; k < steps; ++k) {
-      const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 2 * lanes * k));
-      const __m128i words16 = _mm_or_si128(_mm_slli_epi16(raw, 8), _mm_srli_epi16(raw, 8));  // big-endian words
-      a_low = _mm_add_epi32(a_low, _mm_unpacklo_epi16(words16, zero));
-      a_high = _mm_add_epi32(a_high, _mm_unpackhi_epi16(words16, zero));
-      b_low = _mm_add_epi32(b_low, a_low);
-      b_high = _mm_add_epi32(b_high, a_high);
-    }
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(a), a_low);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(a + 4), a_high);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(b), b_low);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(b + 4), b_high);
-#else
-    for (std::size_t k = 0; k < steps; ++k) {
-      for (std::size_t l = 0; l < lanes; ++l) {
-        a[l] += word(q + 2 * (lanes * k + l));
-        b[l] += a[l];
-      }
-    }
-#endif
+    block_sums(p + 2 * i, a, b);
     std::uint64_t block_s = 0;
     std::uint64_t block_t = 0;  // sum of j w_j, j the word's index in the block
     for (std::size_t l = 0; l < lanes; ++l) {

@@ -4,7 +4,7 @@
 //
 // The sum runs over the bytes as big-endian 16-bit words (an odd last byte is the high byte of
 // a last word), two running sums folded to 16 bits every 360 words, exactly as HDF5 does, so
-// the result is bit-identical to the filter's (tests/io/fletcher32_test.cpp checks it against
+// the result is bit-identical to the filter's (tests/io/chunk_io_test.cpp checks it against
 // chunks HDF5 filtered itself).
 #pragma once
 

@@ -30,7 +30,8 @@
 // the replicas of a block on one node (ranks that differ only on mesh axes the spec does not use)
 // read its chunks through the same page cache, so the storage is read once per node and the
 // bytes every replica gets are the bytes one of them checked; replica k of m checks the chunks
-// k, k+m, ... of the block. A replica on another node reads its own copy and checks its share
+// k, k+m, ... of the block, counted from the array's place in the state (so that blocks of one
+// chunk each spread their checks over the replicas too). A replica on another node reads its own copy and checks its share
 // there. A larger dataset of another writer (contiguous, compressed, big-endian) is read by every
 // rank with H5Dread after a collective H5Fopen, which only such a file pays for.
 #include <fcntl.h>
@@ -392,10 +393,13 @@ void read_chunk(const ReadOnlyFile& file, std::uint64_t offset, void* data, std:
 }
 
 // Which chunks of its block this rank checks: chunk p of the block (in the order it reads them)
-// when p % count == index (see the top of the file).
+// when (p + offset) % count == index (see the top of the file). The offset is the array's place
+// in the restored state, alike on every replica, so that where each block is one chunk the
+// arrays' checks still alternate among the replicas instead of all falling to the first.
 struct CheckShare {
   std::uint64_t index = 0;
   std::uint64_t count = 1;
+  std::uint64_t offset = 0;
 };
 
 // Reads every chunk overlapping [offsets, offsets + block) into `local` (see the top of the file).
@@ -438,7 +442,7 @@ void read_block_direct(const ArrayPlan& plan, const ReadOnlyFile& file, const st
     unsigned char trailer[4];
     read_chunk(file, address, target, chunk_bytes, trailer, context);
     const std::uint32_t want = checkpoint_io::fletcher32_from_trailer(trailer);
-    const bool check = position % share.count == share.index;
+    const bool check = (position + share.offset) % share.count == share.index;
     const std::uint32_t got = check ? checkpoint_io::fletcher32(target, chunk_bytes) : want;
     if (got != want) {
       throw IoError(context + ": data failed its Fletcher32 checksum (the file is corrupt): chunk at " +
@@ -546,9 +550,11 @@ std::array<char, 64> kernel_identity() {
   return identity;
 }
 
-// For each rank of `comm`, the lowest rank of `comm` that reads through the same page cache
-// (collective: one all-gather of 64 bytes per rank).
+// For each rank of `comm`, the lowest rank of `comm` that reads through the same page cache:
+// rank 0 for all in a job the launcher reports on one node (one kernel), else by one all-gather
+// of 64 bytes per rank (collective; every rank takes the same branch).
 std::vector<int> node_leaders(const Communicator& comm) {
+  if (job_on_one_node()) return std::vector<int>(static_cast<std::size_t>(comm.size()), 0);
   const std::array<char, 64> mine = kernel_identity();
   const auto ranks = static_cast<std::size_t>(comm.size());
   std::vector<char> all(ranks * mine.size());
@@ -576,15 +582,16 @@ int replicas_of(const ShardedTensor& want) {
 }
 
 // This rank's share of the checks of `want`'s block among its replicas on this node (see the
-// top of the file); `leaders` from node_leaders over the mesh's communicator.
-CheckShare check_share(const ShardedTensor& want, const std::vector<int>& leaders) {
+// top of the file); `leaders` from node_leaders over the mesh's communicator, `array` the
+// array's place in the restored state.
+CheckShare check_share(const ShardedTensor& want, const std::vector<int>& leaders, std::size_t array) {
   const Mesh& mesh = want.mesh();
   const MeshShape& shape = mesh.shape();
   const Axes replica = unused_axes(want.spec(), shape);
   const int members = shape.axes_size(replica);
   if (members == 1) return {};
   const int me = mesh.rank();
-  CheckShare share{0, 0};
+  CheckShare share{0, 0, array};
   for (int k = 0; k < members; ++k) {
     const int member = shape.rank_of(shape.group_member(mesh.coords(), replica, k));
     if (leaders.at(static_cast<std::size_t>(member)) != leaders.at(static_cast<std::size_t>(me))) continue;
@@ -626,7 +633,9 @@ void restore_checkpoint_into(const std::string& dir_or_file, CheckpointState& ta
   if (std::any_of(target.arrays.begin(), target.arrays.end(),
                   [](const CheckpointArray& array) { return replicas_of(array.tensor()) > 1; })) {
     const std::vector<int> leaders = node_leaders(comm);
-    for (std::size_t i = 0; i < target.arrays.size(); ++i) shares[i] = check_share(target.arrays[i].tensor(), leaders);
+    for (std::size_t i = 0; i < target.arrays.size(); ++i) {
+      shares[i] = check_share(target.arrays[i].tensor(), leaders, i);
+    }
   }
 
   const std::string context = "restore_checkpoint: " + format::file_context(file);

@@ -1,6 +1,8 @@
 // Owned and borrowed MPI communicators.
 #include "mesh/communicator.h"
 
+#include <cstdlib>
+
 #include <time.h>
 
 #include <utility>
@@ -65,6 +67,12 @@ Communicator Communicator::split(int color, int key) const {
   // MPI_UNDEFINED as color gives MPI_COMM_NULL: a rank outside every part.
   if (out != MPI_COMM_NULL) check_mpi(MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   return Communicator(out, true);
+}
+
+bool job_on_one_node() {
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const char* world = std::getenv("OMPI_COMM_WORLD_SIZE");
+  return local != nullptr && world != nullptr && std::atoi(local) > 0 && std::atoi(local) == std::atoi(world);
 }
 
 Communicator Communicator::split_shared() const {

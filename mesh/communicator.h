@@ -10,6 +10,11 @@
 
 namespace tessera {
 
+// Whether the launcher reports every rank of the job on this node (Open MPI's local size equals
+// its world size): the same answer on every rank, found without a collective. False when the
+// launcher says nothing (then only a collective, such as split_shared, can tell).
+bool job_on_one_node();
+
 class Communicator {
  public:
   // MPI_COMM_WORLD, not owned.

@@ -58,8 +58,7 @@ int env_int(const char* name) {
 // local size is the world size: the same answer on every rank) without a collective; otherwise
 // by MPI's own grouping, which is what decides whether ranks can map one segment.
 bool on_one_node(MPI_Comm comm, int size) {
-  const int local = env_int("OMPI_COMM_WORLD_LOCAL_SIZE");
-  if (local > 0 && local == env_int("OMPI_COMM_WORLD_SIZE")) return true;
+  if (job_on_one_node()) return true;
   return Communicator(comm, false).split_shared().size() == size;
 }
 

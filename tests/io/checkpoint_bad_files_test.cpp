@@ -65,16 +65,21 @@ void flip_byte(const std::string& file, std::uint64_t offset) {
   stream.put(static_cast<char>(c ^ 0x5a));
 }
 
-// The file offset of W1's chunk that starts at (row, column).
-std::uint64_t w1_chunk_address(const std::string& file, hsize_t column, hsize_t row = 0) {
+// The file offset of the chunk of dataset `path` that starts at (row, column).
+std::uint64_t chunk_address(const std::string& file, const std::string& path, hsize_t column, hsize_t row = 0) {
   H5Handle handle = file_handle(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), "H5Fopen", file);
-  H5Handle dataset = dataset_handle(H5Dopen2(handle.get(), ("/" + w1).c_str(), H5P_DEFAULT), "H5Dopen2", file);
+  H5Handle dataset = dataset_handle(H5Dopen2(handle.get(), ("/" + path).c_str(), H5P_DEFAULT), "H5Dopen2", file);
   const hsize_t offset[2] = {row, column};
   unsigned filter_mask = 0;
   haddr_t address = 0;
   hsize_t size = 0;
   check_h5(H5Dget_chunk_info_by_coord(dataset.get(), offset, &filter_mask, &address, &size), "H5Dget_chunk_info", file);
   return address;
+}
+
+// The file offset of W1's chunk that starts at (row, column).
+std::uint64_t w1_chunk_address(const std::string& file, hsize_t column, hsize_t row = 0) {
+  return chunk_address(file, w1, column, row);
 }
 
 namespace format = checkpoint_format;
@@ -329,6 +334,31 @@ TEST(CheckpointBadFiles, ReplicasOnOneNodeSplitTheChecksOfTheirBlock) {
     const std::string expected = from_rank(checker) + "restore_checkpoint: file '" + file + "', dataset '/" + w1 +
                                  "': data failed its Fletcher32 checksum (the file is corrupt): chunk at (" +
                                  std::to_string(2 * position) + ", 0) stores ";
+    EXPECT_TRUE(message.starts_with(expected)) << message << "\nexpected prefix: " << expected;
+  }
+}
+
+// Where every block is one chunk, the replicas take the arrays' checks in turn, from the array's
+// place in the state: with W1 and the second layer's W1 ([8, 16] P(None, model) on data x model,
+// one chunk per block), the replica at data 0 checks the first array's chunks and the one at
+// data 1 the second's, so a flipped byte in either is reported by that replica alone.
+TEST(CheckpointBadFiles, ReplicasTakeTheChecksOfOneChunkBlocksInTurn) {
+  const int data = world_size() % 2 == 0 ? 2 : 1;
+  const int model = world_size() / data;
+  const Mesh mesh = Mesh::world(MeshShape({"data", "model"}, {data, model}));
+  const std::vector<ArrayDef> defs = {model_arrays()[0], model_arrays()[2]};  // two W1 [8, 16]
+  ASSERT_EQ(defs[0].path, w1);
+  const auto spec = [](const ArrayDef&, std::size_t) { return parse_spec("P(None, model)"); };
+  for (std::size_t array = 0; array < defs.size(); ++array) {
+    TempDir dir("replica_turns_" + std::to_string(array));
+    const std::string file = save_checkpoint(io_testing::make_state(mesh, defs, spec, true), dir.path());
+    if (world_rank() == 0) flip_byte(file, chunk_address(file, defs[array].path, 0) + 5);
+    MPI_Barrier(MPI_COMM_WORLD);
+    const std::string message = restore_error(dir.path(), io_testing::make_state(mesh, defs, spec, false));
+    const int checker = static_cast<int>(array % data) * model;  // coordinates (array % data, 0)
+    const std::string expected = from_rank(checker) + "restore_checkpoint: file '" + file + "', dataset '/" +
+                                 defs[array].path +
+                                 "': data failed its Fletcher32 checksum (the file is corrupt): chunk at (0, 0) stores ";
     EXPECT_TRUE(message.starts_with(expected)) << message << "\nexpected prefix: " << expected;
   }
 }
