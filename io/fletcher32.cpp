@@ -35,17 +35,24 @@ constexpr std::size_t steps = 256;
 // AVX-512 with one byte shuffle each, which also swaps the bytes (0x80: a zero byte).
 constexpr std::size_t lane_of(std::size_t e, std::size_t half) { return 8 * (e / 4) + 4 * half + e % 4; }
 #if defined(__AVX512BW__) || defined(__AVX2__)
-alignas(16) constexpr unsigned char widen_low[16] = {1, 0, 0x80, 0x80, 3, 2, 0x80, 0x80,
-                                                     5, 4, 0x80, 0x80, 7, 6, 0x80, 0x80};
-alignas(16) constexpr unsigned char widen_high[16] = {9, 8, 0x80, 0x80, 11, 10, 0x80, 0x80,
-                                                      13, 12, 0x80, 0x80, 15, 14, 0x80, 0x80};
+// The shuffles' controls for every 16-byte group of a 64-byte vector (AVX2 loads the first 32).
+// Loaded whole rather than broadcast from 16 bytes: GCC 12's _mm512_broadcast_i32x4 warns of
+// an uninitialized operand.
+#define TESSERA_WIDEN_LOW 1, 0, 0x80, 0x80, 3, 2, 0x80, 0x80, 5, 4, 0x80, 0x80, 7, 6, 0x80, 0x80
+#define TESSERA_WIDEN_HIGH 9, 8, 0x80, 0x80, 11, 10, 0x80, 0x80, 13, 12, 0x80, 0x80, 15, 14, 0x80, 0x80
+alignas(64) constexpr unsigned char widen_low[64] = {TESSERA_WIDEN_LOW, TESSERA_WIDEN_LOW, TESSERA_WIDEN_LOW,
+                                                     TESSERA_WIDEN_LOW};
+alignas(64) constexpr unsigned char widen_high[64] = {TESSERA_WIDEN_HIGH, TESSERA_WIDEN_HIGH, TESSERA_WIDEN_HIGH,
+                                                      TESSERA_WIDEN_HIGH};
+#undef TESSERA_WIDEN_LOW
+#undef TESSERA_WIDEN_HIGH
 #endif
 
 #if defined(__AVX512BW__)
 constexpr std::size_t lanes = 32;  // 64 bytes a step
 void block_sums(const unsigned char* q, std::uint32_t (&a)[lanes], std::uint32_t (&b)[lanes]) {
-  const __m512i low = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(widen_low)));
-  const __m512i high = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(widen_high)));
+  const __m512i low = _mm512_load_si512(widen_low);
+  const __m512i high = _mm512_load_si512(widen_high);
   __m512i a_low = _mm512_setzero_si512(), a_high = a_low, b_low = a_low, b_high = a_low;
   for (std::size_t k = 0; k < steps; ++k) {
     const __m512i raw = _mm512_loadu_si512(q + 2 * lanes * k);
@@ -69,8 +76,8 @@ void block_sums(const unsigned char* q, std::uint32_t (&a)[lanes], std::uint32_t
 #elif defined(__AVX2__)
 constexpr std::size_t lanes = 16;  // 32 bytes a step
 void block_sums(const unsigned char* q, std::uint32_t (&a)[lanes], std::uint32_t (&b)[lanes]) {
-  const __m256i low = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(widen_low)));
-  const __m256i high = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(widen_high)));
+  const __m256i low = _mm256_load_si256(reinterpret_cast<const __m256i*>(widen_low));
+  const __m256i high = _mm256_load_si256(reinterpret_cast<const __m256i*>(widen_high));
   __m256i a_low = _mm256_setzero_si256(), a_high = a_low, b_low = a_low, b_high = a_low;
   for (std::size_t k = 0; k < steps; ++k) {
     const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 2 * lanes * k));
