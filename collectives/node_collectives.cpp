@@ -96,6 +96,25 @@ bool node_reduce_scatter(const void* send, void* recv, const std::vector<int>& c
   return true;
 }
 
+bool node_reduce_scatter_blocks(const void* send, const BlockLayout& layout, void* recv, DType dtype,
+                                const Communicator& comm) {
+  NodeChannel* channel = comm.node_channel();
+  const std::int64_t piece = layout.block_bytes();
+  if (channel == nullptr || !channel->carries(piece * layout.n)) return false;
+  if (layout.consecutive()) {
+    std::memcpy(channel->slot(), send, static_cast<std::size_t>(piece * layout.n));
+  } else {
+    pack_blocks(send, channel->slot(), layout);
+  }
+  channel->barrier();
+  const auto item = static_cast<std::int64_t>(dtype_size(dtype));
+  if (piece > 0) {
+    combine_pieces(channel->previous_region() + channel->rank() * piece, channel->slot_bytes() / item, recv,
+                   piece / item, channel->size(), dtype, ReduceOp::sum);
+  }
+  return true;
+}
+
 bool node_all_to_all(const void* send, const BlockLayout& send_layout, void* recv, const BlockLayout& recv_layout,
                      const Communicator& comm) {
   NodeChannel* channel = comm.node_channel();

@@ -29,6 +29,11 @@ bool node_all_gather_in_place(void* whole, const std::vector<std::int64_t>& star
 // rank order, of their piece for this rank.
 bool node_reduce_scatter(const void* send, void* recv, const std::vector<int>& counts, DType dtype,
                          const Communicator& comm);
+// send is laid out as `layout` (n blocks; packed straight into this rank's slot when they are not
+// consecutive, with no buffer between); recv = the sum over ranks, in rank order, of their block
+// for this rank.
+bool node_reduce_scatter_blocks(const void* send, const BlockLayout& layout, void* recv, DType dtype,
+                                const Communicator& comm);
 // send is laid out as send_layout (n blocks), recv as recv_layout (n blocks of the same bytes):
 // block k of send goes to rank k, and block k of recv comes from rank k.
 bool node_all_to_all(const void* send, const BlockLayout& send_layout, void* recv, const BlockLayout& recv_layout,

@@ -1,11 +1,13 @@
 // reduce_scatter: an all-to-all on the axes communicator and a sum in rank order on each block's
 // owner (ordered_reduce.h: several times faster than Open MPI's MPI_Reduce_scatter_block here,
 // and the same bits for every MPI; bf16 summed in f32). Rank k's block of the sum must be the
-// k-th consecutive chunk of the send buffer, so an inner dimension is packed first.
+// k-th consecutive chunk of the send buffer, so an inner dimension is packed first: on one node
+// straight into the shared-memory channel's slot (node_collectives.h), else into a buffer.
 #include "collectives/ordered_reduce.h"
 #include "collectives/collectives.h"
 #include "collectives/comm_stats.h"
 #include "collectives/layout.h"
+#include "collectives/node_collectives.h"
 #include "mesh/mpi_check.h"
 
 namespace tessera {
@@ -26,6 +28,9 @@ Tensor reduce_scatter(const Mesh& mesh, const Tensor& local, const Axes& axes, i
   Tensor out = Tensor::empty(out_shape, local.dtype());
   if (bytes == 0) return out;
   const int count = detail::checked_count(out.numel(), "reduce_scatter");
+  // On one node the blocks go straight into the channel's slot, packed there when they are not
+  // consecutive (an inner dimension).
+  if (detail::node_reduce_scatter_blocks(local.raw(), layout, out.raw(), local.dtype(), comm)) return out;
   const void* send = local.raw();
   Tensor packed;
   if (!layout.consecutive()) {
