@@ -48,50 +48,49 @@ alignas(64) constexpr unsigned char widen_high[64] = {TESSERA_WIDEN_HIGH, TESSER
 #undef TESSERA_WIDEN_HIGH
 #endif
 
+#if defined(__AVX512BW__) || defined(__AVX2__)
+// One step's operations on the target's widest vectors.
 #if defined(__AVX512BW__)
-constexpr std::size_t lanes = 32;  // 64 bytes a step
+struct Wide {
+  using V = __m512i;
+  static V load(const void* p) { return _mm512_load_si512(p); }
+  static V load_unaligned(const void* p) { return _mm512_loadu_si512(p); }
+  static V zero() { return _mm512_setzero_si512(); }
+  static V add(V x, V y) { return _mm512_add_epi32(x, y); }
+  static V shuffle(V x, V control) { return _mm512_shuffle_epi8(x, control); }
+  static void store(void* p, V x) { _mm512_store_si512(p, x); }
+};
+#else
+struct Wide {
+  using V = __m256i;
+  static V load(const void* p) { return _mm256_load_si256(static_cast<const V*>(p)); }
+  static V load_unaligned(const void* p) { return _mm256_loadu_si256(static_cast<const V*>(p)); }
+  static V zero() { return _mm256_setzero_si256(); }
+  static V add(V x, V y) { return _mm256_add_epi32(x, y); }
+  static V shuffle(V x, V control) { return _mm256_shuffle_epi8(x, control); }
+  static void store(void* p, V x) { _mm256_store_si256(static_cast<V*>(p), x); }
+};
+#endif
+constexpr std::size_t lanes = sizeof(Wide::V) / 2;  // words a step: 32 with AVX-512, 16 with AVX2
 void block_sums(const unsigned char* q, std::uint32_t (&a)[lanes], std::uint32_t (&b)[lanes]) {
-  const __m512i low = _mm512_load_si512(widen_low);
-  const __m512i high = _mm512_load_si512(widen_high);
-  __m512i a_low = _mm512_setzero_si512(), a_high = a_low, b_low = a_low, b_high = a_low;
+  using V = Wide::V;
+  const V low = Wide::load(widen_low);
+  const V high = Wide::load(widen_high);
+  V a_low = Wide::zero(), a_high = a_low, b_low = a_low, b_high = a_low;
   for (std::size_t k = 0; k < steps; ++k) {
-    const __m512i raw = _mm512_loadu_si512(q + 2 * lanes * k);
-    a_low = _mm512_add_epi32(a_low, _mm512_shuffle_epi8(raw, low));
-    a_high = _mm512_add_epi32(a_high, _mm512_shuffle_epi8(raw, high));
-    b_low = _mm512_add_epi32(b_low, a_low);
-    b_high = _mm512_add_epi32(b_high, a_high);
+    const V raw = Wide::load_unaligned(q + 2 * lanes * k);
+    a_low = Wide::add(a_low, Wide::shuffle(raw, low));
+    a_high = Wide::add(a_high, Wide::shuffle(raw, high));
+    b_low = Wide::add(b_low, a_low);
+    b_high = Wide::add(b_high, a_high);
   }
-  alignas(64) std::uint32_t out[4][16];
-  _mm512_store_si512(out[0], a_low);
-  _mm512_store_si512(out[1], a_high);
-  _mm512_store_si512(out[2], b_low);
-  _mm512_store_si512(out[3], b_high);
-  for (std::size_t e = 0; e < 16; ++e) {
-    for (std::size_t half = 0; half < 2; ++half) {
-      a[lane_of(e, half)] = out[half][e];
-      b[lane_of(e, half)] = out[2 + half][e];
-    }
-  }
-}
-#elif defined(__AVX2__)
-constexpr std::size_t lanes = 16;  // 32 bytes a step
-void block_sums(const unsigned char* q, std::uint32_t (&a)[lanes], std::uint32_t (&b)[lanes]) {
-  const __m256i low = _mm256_load_si256(reinterpret_cast<const __m256i*>(widen_low));
-  const __m256i high = _mm256_load_si256(reinterpret_cast<const __m256i*>(widen_high));
-  __m256i a_low = _mm256_setzero_si256(), a_high = a_low, b_low = a_low, b_high = a_low;
-  for (std::size_t k = 0; k < steps; ++k) {
-    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 2 * lanes * k));
-    a_low = _mm256_add_epi32(a_low, _mm256_shuffle_epi8(raw, low));
-    a_high = _mm256_add_epi32(a_high, _mm256_shuffle_epi8(raw, high));
-    b_low = _mm256_add_epi32(b_low, a_low);
-    b_high = _mm256_add_epi32(b_high, a_high);
-  }
-  alignas(32) std::uint32_t out[4][8];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(out[0]), a_low);
-  _mm256_store_si256(reinterpret_cast<__m256i*>(out[1]), a_high);
-  _mm256_store_si256(reinterpret_cast<__m256i*>(out[2]), b_low);
-  _mm256_store_si256(reinterpret_cast<__m256i*>(out[3]), b_high);
-  for (std::size_t e = 0; e < 8; ++e) {
+  constexpr std::size_t half_lanes = lanes / 2;
+  alignas(64) std::uint32_t out[4][half_lanes];
+  Wide::store(out[0], a_low);
+  Wide::store(out[1], a_high);
+  Wide::store(out[2], b_low);
+  Wide::store(out[3], b_high);
+  for (std::size_t e = 0; e < half_lanes; ++e) {
     for (std::size_t half = 0; half < 2; ++half) {
       a[lane_of(e, half)] = out[half][e];
       b[lane_of(e, half)] = out[2 + half][e];
