@@ -31,9 +31,10 @@
 // read its chunks through the same page cache, so the storage is read once per node and the
 // bytes every replica gets are the bytes one of them checked; replica k of m checks the chunks
 // k, k+m, ... of the block, counted from the array's place in the state (so that blocks of one
-// chunk each spread their checks over the replicas too). A replica on another node reads its own copy and checks its share
-// there. A larger dataset of another writer (contiguous, compressed, big-endian) is read by every
-// rank with H5Dread after a collective H5Fopen, which only such a file pays for.
+// chunk each spread their checks over the replicas too). A replica on another node reads its own
+// copy and checks its share there. A larger dataset of another writer (contiguous, compressed,
+// big-endian) is read by every rank with H5Dread after a collective H5Fopen, which only such a
+// file pays for.
 #include <fcntl.h>
 #include <sys/uio.h>
 #include <unistd.h>
