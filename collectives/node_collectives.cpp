@@ -14,6 +14,17 @@ namespace {
 // rank then reads the block about twice, not n times).
 constexpr std::int64_t kOneRoundBytes = std::int64_t{16} << 10;
 
+// A reduce-scatter's second half, once this rank's pieces are in its slot: after the barrier,
+// recv = the sum over ranks, in rank order, of the `count` elements at `offset` bytes into each
+// rank's slot.
+void sum_my_piece(NodeChannel& channel, std::int64_t offset, void* recv, std::int64_t count, DType dtype) {
+  channel.barrier();
+  if (count == 0) return;
+  const auto item = static_cast<std::int64_t>(dtype_size(dtype));
+  combine_pieces(channel.previous_region() + offset, channel.slot_bytes() / item, recv, count, channel.size(), dtype,
+                 ReduceOp::sum);
+}
+
 }  // namespace
 
 bool node_all_reduce(const void* send, void* recv, std::int64_t count, DType dtype, const Communicator& comm,
@@ -88,11 +99,7 @@ bool node_reduce_scatter(const void* send, void* recv, const std::vector<int>& c
   }
   if (!channel->carries(total * item)) return false;
   std::memcpy(channel->slot(), send, static_cast<std::size_t>(total * item));
-  channel->barrier();
-  if (counts[me] > 0) {
-    combine_pieces(channel->previous_region() + offset * item, channel->slot_bytes() / item, recv, counts[me],
-                   channel->size(), dtype, ReduceOp::sum);
-  }
+  sum_my_piece(*channel, offset * item, recv, counts[me], dtype);
   return true;
 }
 
@@ -106,12 +113,8 @@ bool node_reduce_scatter_blocks(const void* send, const BlockLayout& layout, voi
   } else {
     pack_blocks(send, channel->slot(), layout);
   }
-  channel->barrier();
   const auto item = static_cast<std::int64_t>(dtype_size(dtype));
-  if (piece > 0) {
-    combine_pieces(channel->previous_region() + channel->rank() * piece, channel->slot_bytes() / item, recv,
-                   piece / item, channel->size(), dtype, ReduceOp::sum);
-  }
+  sum_my_piece(*channel, channel->rank() * piece, recv, piece / item, dtype);
   return true;
 }
 

@@ -139,7 +139,6 @@ void all_reduce_ordered(const void* send, void* recv, std::int64_t count, DType 
 
 void reduce_scatter_ordered(const void* send, void* recv, int count, DType dtype, const Communicator& comm) {
   const int n = comm.size();
-  if (node_reduce_scatter(send, recv, std::vector<int>(n, count), dtype, comm)) return;
   const std::int64_t item = static_cast<std::int64_t>(dtype_size(dtype));
   Tensor pieces = scratch_buffer(static_cast<std::int64_t>(n) * count * item);
   const MPI_Datatype type = mpi_datatype(dtype);

@@ -100,11 +100,11 @@ Tensor softmax_last_grad(const Tensor& y, const Tensor& g);
 // queries at global positions q0 .. q0 + Sq - 1; k and v [B, S, H, D] hold every key and value
 // (q0 + Sq <= S); query i sees the keys 0 .. q0 + i. Writes out [B, Sq, H, D] and probs
 // [B, H, Sq, S] (zero where a query does not see a key), which the backward reuses. Scores are
-// computed only for the keys a block of 8 query rows sees (to the end of a vector), from the
-// [B, S, H, D] layout (each head's keys transposed once, no permutation of the tensors). Each
-// element of every product is one chain of fused multiply-adds in the order of its contracted
-// index, whatever tile or vector lane computes it. f32 or f64; bf16 operands are computed in f32
-// (probs f32) and out is rounded once.
+// computed only for the keys a block of query rows (8 with AVX-512, else 4) sees, to the end of a
+// vector, from the [B, S, H, D] layout (each head's keys transposed once, no permutation of the
+// tensors). Each element of every product is one chain of fused multiply-adds in the order of its
+// contracted index, whatever tile or vector lane computes it. f32 or f64; bf16 operands are
+// computed in f32 (probs f32) and out is rounded once.
 void causal_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, std::int64_t q0, double scale,
                               Tensor& out, Tensor& probs);
 // Its gradients given dout [B, Sq, H, D]: dq [B, Sq, H, D], and dk, dv [B, S, H, D], the share of
