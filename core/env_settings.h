@@ -24,7 +24,9 @@ struct EnvSetting {
 // TESSERA_PACK (datatype | memcpy: how collectives move blocks of an inner dimension; unset:
 // datatype), TESSERA_SHARD_MAP_CHECK (0 | 1: shard_map checks that unmentioned axes hold equal
 // blocks; unset: 0; alike, since the check is collective) and TESSERA_SHM_COLLECTIVES (0 | 1:
-// collectives on one node through shared memory; unset: 1).
+// collectives on one node through shared memory; unset: 1) and TESSERA_DENORMALS (flush | keep:
+// whether an Environment's thread flushes subnormal floats to zero, core/denormals.h; unset:
+// flush; alike, since ranks that differ would compute different bits for one replicated value).
 const std::vector<EnvSetting>& env_settings();
 // The entry of env_settings() called `name` (an unknown name is a bug: std::logic_error).
 const EnvSetting& env_setting(const std::string& name);

@@ -3,11 +3,20 @@
 
 #include <mpi.h>
 
+#include "core/env_settings.h"
 #include "mesh/mpi_check.h"
 
 namespace tessera {
 
-Environment::Environment(int& argc, char**& argv) {
+namespace {
+
+// TESSERA_DENORMALS: keep only when it says so. A value outside the list flushes here, before MPI
+// exists to agree on it; Mesh::create then refuses it with one message on every rank.
+bool flush_denormals() { return env_choice(env_setting("TESSERA_DENORMALS")) != 1; }
+
+}  // namespace
+
+Environment::Environment(int& argc, char**& argv) : denormals_(flush_denormals()) {
   // FUNNELED: only this thread calls MPI; a save's background removal of old checkpoints
   // (io/checkpoint_dir.h) is another thread, which never does.
   int provided = 0;

@@ -8,6 +8,7 @@
 #include <string>
 #include <tuple>
 
+#include "core/denormals.h"
 #include "core/env_settings.h"
 #include "core/error.h"
 #include "mesh/agree.h"
@@ -106,6 +107,17 @@ TEST(Agree, EveryRankThrowsTheFirstFailingRanksMessage) {
   EXPECT_NO_THROW(agree_or_throw<IoError>(world, std::nullopt));
 }
 
+// The test's Environment (tests/mpi_main.cpp) flushes subnormals on this thread: TESSERA_DENORMALS
+// is unset in the tests' environment.
+TEST(MeshSettings, TheEnvironmentFlushesSubnormals) {
+  ASSERT_EQ(std::getenv("TESSERA_DENORMALS"), nullptr);
+#if defined(__x86_64__) || defined(__i386__) || defined(__aarch64__)
+  EXPECT_TRUE(denormals_flushed());
+  volatile float tiny = 0x1p-100f, scale = 0x1p-30f;
+  EXPECT_EQ(tiny * scale, 0.0f);
+#endif
+}
+
 // The environment settings (core/env_settings.h): a value outside a setting's list is refused by
 // every rank at Mesh::create, also when one rank alone has it; a setting that must be alike is
 // refused when the ranks differ; TESSERA_PACK may differ (each rank packs its own blocks).
@@ -115,7 +127,8 @@ TEST(MeshSettings, AValueOutsideTheListFailsEveryRank) {
   for (const auto& [name, value, expected] :
        {std::tuple<std::string, std::string, std::string>{"TESSERA_PACK", "fast", "TESSERA_PACK must be unset, datatype or memcpy"},
         {"TESSERA_SHARD_MAP_CHECK", "yes", "TESSERA_SHARD_MAP_CHECK must be unset, 0 or 1"},
-        {"TESSERA_SHM_COLLECTIVES", "off", "TESSERA_SHM_COLLECTIVES must be unset, 0 or 1"}}) {
+        {"TESSERA_SHM_COLLECTIVES", "off", "TESSERA_SHM_COLLECTIVES must be unset, 0 or 1"},
+        {"TESSERA_DENORMALS", "ftz", "TESSERA_DENORMALS must be unset, flush or keep"}}) {
     for (const bool everywhere : {true, false}) {
       const bool mine = everywhere || world_rank() == last;
       if (mine) setenv(name.c_str(), value.c_str(), 1);
@@ -135,20 +148,26 @@ TEST(MeshSettings, AValueOutsideTheListFailsEveryRank) {
   EXPECT_EQ(checked_env_choice(env_setting("TESSERA_PACK")), 0);
 }
 
-TEST(MeshSettings, ShardMapCheckMustBeAlikeOnEveryRank) {
+TEST(MeshSettings, ShardMapCheckAndDenormalsMustBeAlikeOnEveryRank) {
   const int n = world_size();
-  if (world_rank() == n - 1) setenv("TESSERA_SHARD_MAP_CHECK", "1", 1);
-  if (n == 1) {
-    EXPECT_NO_THROW(Mesh::world(MeshShape({"x"}, {n})));
-  } else {
-    try {
-      Mesh::world(MeshShape({"x"}, {n}));
-      ADD_FAILURE() << "no error";
-    } catch (const UsageError& e) {
-      EXPECT_EQ(std::string(e.what()), "TESSERA_SHARD_MAP_CHECK must be alike on every rank (0 on some ranks, 1 on others)");
+  for (const auto& [name, value, expected] :
+       {std::tuple<std::string, std::string, std::string>{
+            "TESSERA_SHARD_MAP_CHECK", "1",
+            "TESSERA_SHARD_MAP_CHECK must be alike on every rank (0 on some ranks, 1 on others)"},
+        {"TESSERA_DENORMALS", "keep", "TESSERA_DENORMALS must be alike on every rank (flush on some ranks, keep on others)"}}) {
+    if (world_rank() == n - 1) setenv(name.c_str(), value.c_str(), 1);
+    if (n == 1) {
+      EXPECT_NO_THROW(Mesh::world(MeshShape({"x"}, {n})));
+    } else {
+      try {
+        Mesh::world(MeshShape({"x"}, {n}));
+        ADD_FAILURE() << name << ": no error";
+      } catch (const UsageError& e) {
+        EXPECT_EQ(std::string(e.what()), expected);
+      }
     }
+    unsetenv(name.c_str());
   }
-  unsetenv("TESSERA_SHARD_MAP_CHECK");
   // The pack method may differ between ranks.
   if (world_rank() == n - 1) setenv("TESSERA_PACK", "memcpy", 1);
   EXPECT_NO_THROW(Mesh::world(MeshShape({"x"}, {n})));
