@@ -67,9 +67,10 @@ inline bool all_ranks_failed(MPI_Comm comm) {
 
 // The footer of every app's --help (the README's "Exit codes" table says the same).
 inline constexpr const char* kExitCodes =
-    "Exit codes: 0 success; 2 bad input (a flag, spec, rule, mesh, shape or file refused before any work);\n"
-    "3 a checkpoint that fails its integrity checks (corrupt, incomplete or truncated); 1 a runtime\n"
-    "failure (an MPI call, an allocation). Every rank exits with the same code.";
+    "Exit codes: 0 success; 2 bad input (a flag, spec, rule, mesh, shape or file refused before any work,\n"
+    "or a training loss that is no longer finite); 3 a checkpoint that fails its integrity checks (corrupt,\n"
+    "incomplete or truncated); 1 a runtime failure (an MPI call, an allocation). Every rank exits with\n"
+    "the same code.";
 
 // Parses the command line into `app`'s options, then returns run(rank), or the exit code of the
 // error it raised (--help, --version: 0; CLI11 parse errors and tessera::Error: 2;

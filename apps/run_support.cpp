@@ -4,6 +4,7 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -71,6 +72,13 @@ void check_memory(double need_bytes) {
     std::snprintf(text, sizeof text, "needs %.1f GiB per rank, this machine has %.1f GiB", need_bytes / gib, have / gib);
     throw UsageError(text);
   }
+}
+
+void check_loss_finite(double loss, std::int64_t step) {
+  if (std::isfinite(loss)) return;
+  throw UsageError("the loss is " + std::string(std::isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf") + " at step " +
+                   std::to_string(step) +
+                   ": training diverged (a smaller --lr may help); stopped before saving this step");
 }
 
 std::int64_t status_kib(const char* field) {

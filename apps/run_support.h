@@ -42,6 +42,12 @@ double memory_per_rank_bytes();
 // `need_bytes` exceeds memory_per_rank_bytes().
 void check_memory(double need_bytes);
 
+// Throws UsageError "the loss is nan at step S: training diverged ..." when `loss` (the step's,
+// the same on every rank) is not finite. Called before the step is saved or reported as trained:
+// a diverged run stops on every rank with exit code 2 instead of training on NaN weights and
+// rotating its last good checkpoints out of the directory (--keep) with NaN ones.
+void check_loss_finite(double loss, std::int64_t step);
+
 // A /proc/self/status field in kB (VmRSS: resident now, VmHWM: the peak since the last reset),
 // or -1 where it cannot be read.
 std::int64_t status_kib(const char* field);

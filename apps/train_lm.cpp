@@ -399,6 +399,7 @@ int run(const Options& o, int world_rank) {
     reset_peak_tensor_bytes();  // this step's peak of tensor storage
     const auto start = std::chrono::steady_clock::now();
     const double loss = nn::train_step(state, optimizer, loss_fn, batch, step_options);
+    apps::check_loss_finite(loss, step + 1);
     const std::size_t peak_bytes = peak_tensor_bytes();
     run_peak_bytes = std::max(run_peak_bytes, peak_bytes);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -231,6 +231,7 @@ int run(const Options& o, int world_rank) {
     const double comm_before = CommStats::global().seconds();
     const auto start = std::chrono::steady_clock::now();
     const double loss = nn::train_step(state, optimizer, loss_fn, batch, step_options);
+    apps::check_loss_finite(loss, step + 1);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const std::size_t peak_bytes = peak_tensor_bytes();
     run_peak_bytes = std::max(run_peak_bytes, peak_bytes);

@@ -121,6 +121,16 @@ expect train_mlp.resume_without_dir 2 'train_mlp: --resume, --save-every and --o
 expect train_mlp.overwrite_without_dir 2 'train_mlp: --resume, --save-every and --overwrite need --ckpt-dir' mpi "$tm" "${small[@]}" --overwrite
 expect train_lm.dtype_unknown 2 '^--dtype: fp16 not in \{f32,bf16\}$' mpi "$apps/train_lm" --dtype fp16
 expect train_lm.opt_state_unknown 2 '^--opt-state: zero1 not in \{replicated,sharded\}$' mpi "$apps/train_lm" --opt-state zero1
+# A run that diverges stops at its first loss that is not finite, on every rank, before saving that
+# step: the checkpoint of step 1 stays the directory's only and latest one (the check after the
+# run fails the case otherwise).
+expect train_lm.loss_not_finite 2 \
+  '^train_lm: the loss is nan at step 2: training diverged \(a smaller --lr may help\); stopped before saving this step$' \
+  one bash -c 'bash "$1" "$2" "$3" "${@:5}"; rc=$?
+    [ "$(ls "$4")" = "$(printf "ckpt_00000001.h5\nlatest")" ] || { echo "directory holds: $(ls "$4" | tr "\n" " ")" >&2; exit 9; }
+    exit $rc' _ "$launch" "$ranks" "$apps/train_lm" "$work/diverged" --mesh "data=1,seq=1,model=$ranks" --steps 5 \
+  --lr 1e30 --eval-every 0 --d-model 32 --heads 8 --d-ff 64 --layers 1 --seq-len 16 --batch 2 --quiet --sample-bytes 0 \
+  --ckpt-dir "$work/diverged" --save-every 1
 expect train_mlp.resume_and_overwrite 2 '^train_mlp: --resume and --overwrite exclude each other$' \
   mpi "$tm" "${small[@]}" --resume --overwrite --ckpt-dir "$work/unused"
 expect train_mlp.layers_too_many 2 '^train_mlp: --layers must be <= 10000, got 10001$' mpi "$tm" "${small[@]}" --layers 10001
