@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # local.sh N PROGRAM [ARGS...]: run PROGRAM on N ranks of this machine.
-# Oversubscribes when N exceeds the cores and yields when idle when N fills them, allows running as root,
+# Oversubscribes when N exceeds the cores and yields when idle when N fills them, binds rank r to the
+# (r mod cores)-th core where N is a whole multiple of the cores (below), allows running as root,
 # and passes the Open MPI settings of scripts/mpirun/mca-params.conf (shared-memory single copy off,
 # ROMIO for MPI-IO, shared memory's eager limit and fragment size).
 set -euo pipefail
@@ -18,7 +19,27 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # The Open MPI settings of every launch (single copy off, ROMIO, shared memory's eager limit and
 # fragment size): scripts/mpirun/mca-params.conf, read by mca_flags.sh.
 source "$(dirname "${BASH_SOURCE[0]}")/mca_flags.sh"
-flags=(--bind-to none "${tessera_mca[@]}")
+# Binding: where N is a whole multiple (2 or more) of the CPUs this process may use, each rank is
+# bound to one of them in turn (rank r to the (r mod CPUs)-th), so that the ranks sharing a CPU
+# stay on it and keep its caches. The transformer's step on 8 ranks of 2 CPUs ran faster bound in
+# 12 of 13 interleaved pairs over two sessions (1-7%), the MLP's level (docs/design.md,
+# "Nineteenth session"). Any other N stays unbound: ranks bound unevenly (10 on 8 CPUs: two CPUs
+# with two ranks each) would make the ranks of the fuller CPUs, and so the whole job, twice as
+# slow, where the scheduler shares the CPUs out. TESSERA_LOCAL_BIND=none leaves every launch unbound.
+cpus=$(nproc)
+case "${TESSERA_LOCAL_BIND:-auto}" in
+  auto) bind=$([ "$n" -gt "$cpus" ] && [ $((n % cpus)) -eq 0 ] && echo hwthread || echo none) ;;
+  none) bind=none ;;
+  *)
+    echo "local.sh: TESSERA_LOCAL_BIND must be unset, auto or none, got '$TESSERA_LOCAL_BIND'" >&2
+    exit 2
+    ;;
+esac
+if [ "$bind" = hwthread ]; then
+  flags=(--map-by hwthread --bind-to hwthread:overload-allowed "${tessera_mca[@]}")
+else
+  flags=(--bind-to none "${tessera_mca[@]}")
+fi
 # One node: pml ob1 (shared memory through the vader BTL), the pml Open MPI picks here anyway,
 # named so that it does not first open the cm pml and load its PSM and PSM2 libraries to probe
 # for their network (0.2 s of every start: 10 starts of an empty program on 1 rank, 4.2 s
@@ -26,12 +47,12 @@ flags=(--bind-to none "${tessera_mca[@]}")
 if [ -z "${OMPI_MCA_pml:-}" ]; then
   flags+=(--mca pml ob1)
 fi
-if [ "$n" -gt "$(nproc)" ]; then
+if [ "$n" -gt "$cpus" ]; then
   flags+=(--oversubscribe)
 fi
 # Busy-polling ranks that fill every core starve the rank they wait for as soon as anything else
 # runs (measured: train step of 2 ranks on 2 busy cores, 4.9 s polling vs 0.41 s yielding).
-if [ "$n" -ge "$(nproc)" ]; then
+if [ "$n" -ge "$cpus" ]; then
   flags+=(--mca mpi_yield_when_idle 1)
 fi
 # mpirun's own banner after a rank exits non-zero is noise next to the program's one message;
