@@ -5,8 +5,8 @@
 // Why: a core that meets a subnormal operand or result takes a microcode assist of about a
 // hundred cycles for that vector. Adam's moments of a weight whose gradient is zero or tiny decay
 // into the subnormal range (the first moment after about 800 steps at beta1 0.9), and from then
-// on every step pays the assist on those elements: the tutorial's MLP on one rank went from 9 to
-// 50-73 ms a step after about step 800 (docs/design.md, "Subnormals flushed to zero").
+// on every step pays the assist on those elements: the tutorial's MLP on one rank went from 7.1 to
+// 69.7 ms a step after about step 800 (docs/design.md, semantics 12).
 //
 // tessera::Environment flushes on the thread that makes it for the environment's lifetime,
 // unless TESSERA_DENORMALS=keep (core/env_settings.h). A program that uses the core's kernels

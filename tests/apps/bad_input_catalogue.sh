@@ -144,6 +144,8 @@ expect env.shard_map_check_unknown 2 "^train_mlp: TESSERA_SHARD_MAP_CHECK must b
   mpi env TESSERA_SHARD_MAP_CHECK=yes "$tm" "${small[@]}"
 expect env.denormals_unknown 2 "^train_mlp: TESSERA_DENORMALS must be unset, flush or keep, got 'ftz'\$" \
   mpi env TESSERA_DENORMALS=ftz "$tm" "${small[@]}"
+expect env.local_bind_unknown 2 "^local.sh: TESSERA_LOCAL_BIND must be unset, auto or none, got 'core'\$" \
+  one env TESSERA_LOCAL_BIND=core bash "$launch" "$ranks" "$tm" "${small[@]}"
 if [ "$ranks" -ge 2 ]; then  # rank 0 alone keeps subnormals
   expect env.denormals_differ 2 \
     "^train_mlp: TESSERA_DENORMALS must be alike on every rank \\(flush on some ranks, keep on others\\)\$" \

@@ -25,6 +25,18 @@ float product(float a, float b) {
 
 const float kSubnormal = std::bit_cast<float>(std::uint32_t{0x00000100});  // 256 x 2^-149
 
+// Adam's update of 37 elements (vector lanes and a scalar tail) whose gradient is zero and whose
+// moments are kSubnormal: p stays 0.5, each moment decays by its beta.
+struct AdamOnSubnormals {
+  std::vector<float> p = std::vector<float>(37, 0.5f), m = std::vector<float>(37, kSubnormal),
+                     v = std::vector<float>(37, kSubnormal);
+  AdamOnSubnormals() {
+    const AdamConstants<float> c{0.9f, 0.999f, 1e-8f, 1e-3f, 1.0f, 1.0f, 0.0f};
+    const std::vector<float> g(37, 0.0f);
+    adam_update(p.data(), g.data(), m.data(), v.data(), 37, c);
+  }
+};
+
 #if defined(__x86_64__) || defined(__i386__) || defined(__aarch64__)
 
 TEST(Denormals, AGuardFlushesOperandsAndResultsAndRestoresTheMode) {
@@ -46,22 +58,18 @@ TEST(Denormals, AGuardFlushesOperandsAndResultsAndRestoresTheMode) {
     EXPECT_TRUE(denormals_flushed());
     // The first moment of an element whose gradient is zero decays by beta1 a step: 0.9 times a
     // subnormal is a subnormal kept, zero flushed; the second moment alike.
-    const AdamConstants<float> c{0.9f, 0.999f, 1e-8f, 1e-3f, 1.0f, 1.0f, 0.0f};
-    std::vector<float> p(37, 0.5f), g(37, 0.0f), m(37, kSubnormal), v(37, kSubnormal);
-    adam_update(p.data(), g.data(), m.data(), v.data(), 37, c);  // vector lanes and a scalar tail
+    const AdamOnSubnormals flushed;
     for (int i = 0; i < 37; ++i) {
-      EXPECT_EQ(bits(m[i]), 0u) << i;
-      EXPECT_EQ(bits(v[i]), 0u) << i;
-      EXPECT_EQ(p[i], 0.5f) << i;
+      EXPECT_EQ(bits(flushed.m[i]), 0u) << i;
+      EXPECT_EQ(bits(flushed.v[i]), 0u) << i;
+      EXPECT_EQ(flushed.p[i], 0.5f) << i;
     }
   }
   EXPECT_FALSE(denormals_flushed());
-  const AdamConstants<float> c{0.9f, 0.999f, 1e-8f, 1e-3f, 1.0f, 1.0f, 0.0f};
-  std::vector<float> p(37, 0.5f), g(37, 0.0f), m(37, kSubnormal), v(37, kSubnormal);
-  adam_update(p.data(), g.data(), m.data(), v.data(), 37, c);
+  const AdamOnSubnormals kept;
   for (int i = 0; i < 37; ++i) {
-    EXPECT_EQ(bits(m[i]), bits(product(0.9f, kSubnormal))) << i;
-    EXPECT_NE(bits(m[i]), 0u) << i;
+    EXPECT_EQ(bits(kept.m[i]), bits(product(0.9f, kSubnormal))) << i;
+    EXPECT_NE(bits(kept.m[i]), 0u) << i;
   }
 }
 
