@@ -27,11 +27,13 @@ fi
 both=$(taskset -c "$cpus" grep Cpus_allowed_list /proc/self/status | cut -f2)
 for n in 1 2 3; do
   want=$(for ((r = 0; r < n; r++)); do printf '%d:%s ' "$r" "$both"; done)
-  [ "$(allowed $n)" = "$want" ] || fail "local.sh $n on CPUs $cpus: ranks $(allowed $n), want $want (unbound)"
+  got=$(allowed $n)
+  [ "$got" = "$want" ] || fail "local.sh $n on CPUs $cpus: ranks $got, want $want (unbound)"
 done
 for n in 4 8; do
   want=$(for ((r = 0; r < n; r++)); do printf '%d:%s ' "$r" "$([ $((r % 2)) = 0 ] && echo "$first" || echo "$second")"; done)
-  [ "$(allowed $n)" = "$want" ] || fail "local.sh $n on CPUs $cpus: ranks $(allowed $n), want $want (bound in turn)"
+  got=$(allowed $n)
+  [ "$got" = "$want" ] || fail "local.sh $n on CPUs $cpus: ranks $got, want $want (bound in turn)"
 done
 echo "ok: bound in turn at 4 and 8 ranks on two CPUs, unbound at 1, 2 and 3"
 want=$(for ((r = 0; r < 4; r++)); do printf '%d:%s ' "$r" "$both"; done)
