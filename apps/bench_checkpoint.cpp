@@ -21,7 +21,9 @@
 
 #include "apps/cli_main.h"
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -173,9 +175,12 @@ void bench_state(const Mesh& mesh, const std::string& name, int layers, std::int
   // Rank-0-only failures are agreed on, so no rank waits in a barrier for a rank that threw.
   std::optional<std::string> error;
   if (rank == 0) {
-    std::filesystem::create_directories(dir);
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
     struct statvfs fs {};
-    if (statvfs(dir.c_str(), &fs) == 0 &&
+    if (ec) {
+      error = "cannot create '" + dir + "': " + ec.message();
+    } else if (statvfs(dir.c_str(), &fs) == 0 &&
         static_cast<double>(fs.f_bavail) * fs.f_frsize < 2.5 * static_cast<double>(bytes)) {
       error = "bench_checkpoint: not enough free space in '" + dir + "' for " + std::to_string(bytes) + " bytes twice";
     }
@@ -235,7 +240,8 @@ void bench_state(const Mesh& mesh, const std::string& name, int layers, std::int
   int known = rss_known ? 1 : 0;
   MPI_Allreduce(MPI_IN_PLACE, &known, 1, MPI_INT, MPI_MIN, mesh.comm().handle());
   if (rank == 0) {
-    std::filesystem::remove_all(dir);
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
     const double gb = static_cast<double>(bytes) / 1e9;
     const double save = median(save_s), restore = median(restore_s), write = median(write_s), read = median(read_s);
     std::ostringstream out;
@@ -260,6 +266,38 @@ void bench_state(const Mesh& mesh, const std::string& name, int layers, std::int
   }
 }
 
+// Rank 0 makes a directory of this run's own inside `parent` (made first if need be), and every
+// rank gets its name. The run saves, prunes and in the end removes only inside it: whatever
+// `parent` held before, checkpoints of a training run included, stays as it was (until
+// 2026-11-28 the run saved into `parent` itself, pruned its checkpoints and removed it whole).
+std::string make_run_directory(const Mesh& mesh, const std::string& parent) {
+  std::string run;
+  std::optional<std::string> error;
+  if (mesh.rank() == 0) {
+    std::error_code ec;
+    std::filesystem::create_directories(parent, ec);
+    std::string pattern = (std::filesystem::path(parent) / "bench_checkpoint.XXXXXX").string();
+    if (ec) {
+      error = "--dir '" + parent + "': cannot create: " + ec.message();
+    } else if (::mkdtemp(pattern.data()) == nullptr) {
+      error = "--dir '" + parent + "': cannot make a directory in it: " + std::strerror(errno);
+    } else {
+      run = pattern;
+    }
+  }
+  agree_or_throw<IoError>(mesh.comm(), error);
+  return broadcast_string(mesh.comm(), run, 0);
+}
+
+// Removes the run's directory when the run ends, however it ends (rank 0).
+struct RemoveOnExit {
+  std::string dir;
+  ~RemoveOnExit() {
+    std::error_code ignored;
+    if (!dir.empty()) std::filesystem::remove_all(dir, ignored);
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -276,7 +314,10 @@ int main(int argc, char** argv) {
   app.add_option("--state", which, "mlp (the tutorial: 4 layers, depth 1024), large, or both")
       ->check(CLI::IsMember({"mlp", "large", "both"}))
       ->capture_default_str();
-  app.add_option("--dir", dir, "directory for the files (removed afterwards)")->capture_default_str();
+  app.add_option("--dir", dir,
+                 "directory in which the run makes a directory of its own for its files, removed afterwards "
+                 "(nothing else in --dir is touched)")
+      ->capture_default_str();
   app.add_option("--repeats", repeats, "repetitions (the median is reported)")
       ->capture_default_str();
   app.add_option("--large-layers", large_layers, "layers of the large state")->capture_default_str();
@@ -292,8 +333,10 @@ int main(int argc, char** argv) {
       throw tessera::UsageError("--large-depth must be between 1 and 65536, got " + std::to_string(large_depth));
     }
     tessera::Mesh mesh = tessera::Mesh::world(tessera::MeshShape::parse(mesh_text));
-    if (which != "large") bench_state(mesh, "mlp", 4, 1024, dir, repeats);
-    if (which != "mlp") bench_state(mesh, "large", large_layers, large_depth, dir, repeats);
+    const std::string run_dir = make_run_directory(mesh, dir);
+    RemoveOnExit removal{mesh.rank() == 0 ? run_dir : std::string()};
+    if (which != "large") bench_state(mesh, "mlp", 4, 1024, run_dir + "/mlp", repeats);
+    if (which != "mlp") bench_state(mesh, "large", large_layers, large_depth, run_dir + "/large", repeats);
     return 0;
   });
 }

@@ -8,9 +8,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <sstream>
+#include <utility>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "core/text.h"
 #include "io/checkpoint.h"
 #include "io/checkpoint_dir.h"
@@ -125,6 +128,32 @@ std::string parameter_table(const nn::ParamInfos& infos, const MeshShape& mesh) 
   }
   out << infos.size() << " parameters, " << total << " values\n";
   return out.str();
+}
+
+MetricsFile::MetricsFile(std::string program, std::string path, bool append)
+    : program_(std::move(program)), path_(std::move(path)) {
+  if (path_.empty()) return;
+  std::string why;
+  fd_ = open_for_writing(path_, append, why);
+  if (fd_ < 0) give_up(why);
+}
+
+MetricsFile::~MetricsFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void MetricsFile::write(const std::string& text) {
+  if (fd_ < 0) return;
+  std::string why;
+  if (!write_all(fd_, text, why)) {
+    ::close(fd_);
+    fd_ = -1;
+    give_up("cannot be written: " + why);
+  }
+}
+
+void MetricsFile::give_up(const std::string& why) {
+  std::cerr << program_ << ": metrics file '" << path_ << "' " << why << "; continuing without" << std::endl;
 }
 
 }  // namespace tessera::apps

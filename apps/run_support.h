@@ -59,4 +59,29 @@ bool reset_peak_rss();
 // One line per parameter: path, global shape, logical names, spec, local shape; then the count.
 std::string parameter_table(const nn::ParamInfos& infos, const MeshShape& mesh);
 
+// The --metrics file: rank 0's JSON lines. Opened without waiting (core/files.h): a FIFO that no
+// process reads is refused at once, where opening it would wait for a reader while the other
+// ranks wait in the first step's collectives. A file that cannot be opened, or a write that
+// fails (a full disk, a FIFO whose reader went away: EPIPE, not SIGPIPE), is reported once on
+// stderr ("<program>: metrics file 'PATH' <why>; continuing without") and the run goes on
+// without its metrics, as before the file existed.
+class MetricsFile {
+ public:
+  // Appended to with `append` (a resumed run), else truncated; an empty `path` is no file.
+  MetricsFile(std::string program, std::string path, bool append);
+  ~MetricsFile();
+  MetricsFile(const MetricsFile&) = delete;
+  MetricsFile& operator=(const MetricsFile&) = delete;
+
+  explicit operator bool() const { return fd_ >= 0; }
+  // Writes `text` whole (nothing once closed by a failure).
+  void write(const std::string& text);
+
+ private:
+  void give_up(const std::string& why);
+
+  std::string program_, path_;
+  int fd_ = -1;
+};
+
 }  // namespace tessera::apps

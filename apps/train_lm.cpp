@@ -2,7 +2,12 @@
 // text, by default the licence texts of /usr/share/common-licenses. Every rank runs this same
 // program on its own blocks; rank 0 prints. Bad input ends with one message and exit code 2.
 //   scripts/mpirun/local.sh 8 build/apps/train_lm --mesh data=2,seq=2,model=2
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -16,6 +21,7 @@
 #include "apps/step_profile.h"
 #include "core/buffer_pool.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/rng.h"
 #include "io/checkpoint_dir.h"
 #include "io/directory_lock.h"
@@ -113,17 +119,32 @@ std::vector<std::filesystem::path> corpus_files(const std::string& dir) {
 }
 
 std::string read_file(const std::filesystem::path& path, std::int64_t room) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError("--data: cannot read '" + path.string() + "'");
-  std::error_code ec;
-  const auto size = std::filesystem::file_size(path, ec);
-  if (ec || static_cast<std::int64_t>(size) > room) {
+  // A FIFO, a device or a directory is refused at once: reading one would wait for a writer or
+  // never end (core/files.h).
+  std::string why;
+  const int fd = open_regular_for_reading(path.string(), why);
+  if (fd < 0) throw UsageError("--data: '" + path.string() + "' " + why);
+  struct stat st {};
+  const bool sized = ::fstat(fd, &st) == 0;
+  if (!sized || st.st_size > room) {
+    ::close(fd);
     throw UsageError("--data: '" + path.string() + "' is not a readable file of at most " + std::to_string(kMaxDataBytes) +
                      " bytes");
   }
-  std::string bytes(size, '\0');
-  in.read(bytes.data(), static_cast<std::streamsize>(size));
-  if (in.gcount() != static_cast<std::streamsize>(size)) throw UsageError("--data: cannot read '" + path.string() + "'");
+  std::string bytes(static_cast<std::size_t>(st.st_size), '\0');
+  std::size_t done = 0;
+  std::string error = "it ended early";
+  while (done < bytes.size()) {
+    const ssize_t got = ::read(fd, bytes.data() + done, bytes.size() - done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      if (got < 0) error = std::strerror(errno);
+      break;
+    }
+    done += static_cast<std::size_t>(got);
+  }
+  ::close(fd);
+  if (done != bytes.size()) throw UsageError("--data: cannot read '" + path.string() + "': " + error);
   return bytes;
 }
 
@@ -370,11 +391,8 @@ int run(const Options& o, int world_rank) {
   const nn::LossFn loss_fn = [&](const nn::VarTree& params, const nn::Batch& batch) {
     return model.loss(nn::ParamView(params), batch.x, *batch.y);
   };
-  std::ofstream metrics;
-  if (root && !o.metrics.empty()) {
-    metrics.open(o.metrics, resume_file ? std::ios::app : std::ios::trunc);
-    if (!metrics) std::cerr << "train_lm: cannot write metrics file '" << o.metrics << "'; continuing without\n";
-  }
+  // Rank 0 writes the metrics; the others pass no file.
+  apps::MetricsFile metrics("train_lm", root ? o.metrics : std::string(), resume_file.has_value());
   const auto report_heldout = [&](std::int64_t step, double loss) {
     if (root) std::printf("step %6lld  held-out loss %.4f nats/byte (%.3f bits/byte)\n", static_cast<long long>(step), loss,
                           loss / std::log(2.0));
@@ -426,12 +444,13 @@ int run(const Options& o, int world_rank) {
         char line[256];
         std::snprintf(line, sizeof line, "{\"step\":%lld,\"loss\":%.17g,\"ms\":%.3f,\"tokens_per_s\":%.3f,\"lr\":%.6g",
                       static_cast<long long>(step + 1), loss, ms, tokens_per_s, optimizer.learning_rate);
-        metrics << line;
+        std::string text = line;
         if (heldout) {
           std::snprintf(line, sizeof line, ",\"heldout_loss\":%.17g", *heldout);
-          metrics << line;
+          text += line;
         }
-        metrics << apps::metrics_fields(profile) << ",\"peak_tensor_bytes\":" << peak_bytes << "}\n" << std::flush;
+        metrics.write(text + apps::metrics_fields(profile) + ",\"peak_tensor_bytes\":" + std::to_string(peak_bytes) +
+                      "}\n");
       }
     }
     if (heldout) report_heldout(state.step, *heldout);

@@ -212,11 +212,8 @@ int run(const Options& o, int world_rank) {
   step_options.reduction =
       data_config.loss == apps::LossKind::sum ? nn::StepOptions::Reduction::sum : nn::StepOptions::Reduction::mean;
 
-  std::ofstream metrics;
-  if (root && !o.metrics.empty()) {
-    metrics.open(o.metrics, resume_file ? std::ios::app : std::ios::trunc);
-    if (!metrics) std::cerr << "train_mlp: cannot write metrics file '" << o.metrics << "'; continuing without\n";
-  }
+  // Rank 0 writes the metrics; the others pass no file.
+  apps::MetricsFile metrics("train_mlp", root ? o.metrics : std::string(), resume_file.has_value());
   std::int64_t last_saved = -1;
   nn::StepTimes times;
   step_options.times = &times;
@@ -250,8 +247,9 @@ int run(const Options& o, int world_rank) {
         char line[256];
         std::snprintf(line, sizeof line, "{\"step\":%lld,\"loss\":%.17g,\"ms\":%.3f,\"samples_per_s\":%.3f",
                       static_cast<long long>(step + 1), loss, ms, samples_per_s);
-        metrics << line << apps::metrics_fields(profile) << ",\"row_updates\":" << times.row_updates.size()
-                << ",\"peak_tensor_bytes\":" << peak_bytes << "}\n" << std::flush;
+        metrics.write(line + apps::metrics_fields(profile) + ",\"row_updates\":" +
+                      std::to_string(times.row_updates.size()) + ",\"peak_tensor_bytes\":" + std::to_string(peak_bytes) +
+                      "}\n");
       }
     }
     if (!o.ckpt_dir.empty() && o.save_every > 0 && state.step % o.save_every == 0) {

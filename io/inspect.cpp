@@ -1,11 +1,14 @@
 // read_checkpoint_info and verify_checkpoint: one process opens the file on its own (no MPI-IO),
 // for ckpt_tool and for checks after a save.
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <sstream>
 #include <tuple>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "io/checkpoint.h"
 #include "io/checkpoint_format.h"
 #include "io/chunk_address.h"
@@ -21,8 +24,12 @@ namespace {
 H5Handle open_local(const std::string& file) {
   quiet_hdf5_errors();
   const std::string context = format::file_context(file);
-  std::error_code ec;
-  if (!std::filesystem::exists(file, ec)) throw IoError(context + " does not exist");
+  // A FIFO or a device is refused before HDF5 opens it (its open of a FIFO would wait for a
+  // writer: core/files.h).
+  std::string why;
+  const int fd = open_regular_for_reading(file, why);
+  if (fd < 0) throw IoError(context + " " + why);
+  ::close(fd);
   htri_t is_hdf5 = H5Fis_hdf5(file.c_str());
   check_h5(is_hdf5, "H5Fis_hdf5", context);
   if (is_hdf5 == 0) throw IoError(context + " is not an HDF5 file");

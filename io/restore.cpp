@@ -48,6 +48,7 @@
 
 #include "core/checked.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "io/checkpoint.h"
 #include "io/checkpoint_format.h"
 #include "io/chunk_address.h"
@@ -66,10 +67,12 @@ using checkpoint_io::capture_error;
 namespace {
 
 void check_readable(const std::string& file) {
-  std::error_code ec;
-  if (!fs::is_regular_file(file, ec)) {
-    throw IoError("restore_checkpoint: " + format::file_context(file) + " is not a regular file on this rank");
-  }
+  // Opened without waiting (a FIFO's open would wait for a writer: core/files.h) and checked to
+  // be a regular file before HDF5 opens it by name.
+  std::string why;
+  const int fd = open_regular_for_reading(file, why);
+  if (fd < 0) throw IoError("restore_checkpoint: " + format::file_context(file) + " " + why + " on this rank");
+  ::close(fd);
   htri_t is_hdf5 = H5Fis_hdf5(file.c_str());
   check_h5(is_hdf5, "H5Fis_hdf5", "restore_checkpoint: " + format::file_context(file));
   if (is_hdf5 == 0) throw IoError("restore_checkpoint: " + format::file_context(file) + " is not an HDF5 file");

@@ -242,6 +242,27 @@ expect ckpt_tool.missing_file 2 "ckpt_tool: .*'$work/nope.h5'" one "$ck" list "$
 expect ckpt_tool.empty_dir 2 "^ckpt_tool: list: directory '$work/empty_dir' holds no complete checkpoint \\(ckpt_<step>\\.h5\\)$" one "$ck" list "$work/empty_dir"
 expect ckpt_tool.not_hdf5 2 "'$work/text.h5'.*not an HDF5 file" one "$ck" verify "$work/text.h5"
 expect ckpt_tool.truncated 3 "'$work/truncated.h5'.*truncated file" one "$ck" list "$work/truncated.h5"
+# A FIFO given as a file is refused at once: open(2) of one waits for a process at its other end
+# (core/files.h), and none ever opens these. A metrics file that cannot be written is reported
+# and the run goes on without it (exit code 0).
+mkfifo "$work/fifo.h5" "$work/data_fifo" "$work/metrics_fifo"
+expect ckpt_tool.list_fifo 2 "^ckpt_tool: file '$work/fifo.h5' is a FIFO, not a regular file\$" one "$ck" list "$work/fifo.h5"
+expect ckpt_tool.verify_fifo 2 "^ckpt_tool: file '$work/fifo.h5' is a FIFO, not a regular file\$" one "$ck" verify "$work/fifo.h5"
+# bench_checkpoint works in a directory of its own inside --dir (tests/apps/bench_checkpoint_dir.sh).
+expect bench_checkpoint.dir_is_a_file 2 "^bench_checkpoint: (rank 0: )?--dir '$work/text.h5': cannot create: Not a directory\$" \
+  mpi "$apps/bench_checkpoint" --mesh "$mesh" --dir "$work/text.h5"
+# 4 KiB of text: the held-out loss at the end then takes no time.
+head -c 4096 /usr/share/common-licenses/GPL-3 >"$work/small_text"
+tiny_lm=(--mesh "data=1,seq=1,model=$ranks" --steps 2 --eval-every 0 --d-model 32 --heads 8 --d-ff 64 --layers 1
+  --seq-len 16 --batch 2 --quiet --sample-bytes 0)
+expect train_lm.data_fifo 2 "^train_lm: --data: '$work/data_fifo' is a FIFO, not a regular file\$" \
+  mpi "$apps/train_lm" "${tiny_lm[@]}" --data "$work/data_fifo"
+expect train_mlp.metrics_fifo_unread 0 \
+  "^train_mlp: metrics file '$work/metrics_fifo' is a FIFO that no process reads; continuing without\$" \
+  mpi "$tm" "${small[@]}" --steps 2 --metrics "$work/metrics_fifo"
+expect train_lm.metrics_directory 0 \
+  "^train_lm: metrics file '$work/empty_dir' cannot be opened for writing: Is a directory; continuing without\$" \
+  mpi "$apps/train_lm" "${tiny_lm[@]}" --data "$work/small_text" --metrics "$work/empty_dir"
 
 mkdir -p "$work/resume_text"
 cp "$work/text.h5" "$work/resume_text/ckpt_00000005.h5"

@@ -2,6 +2,7 @@
 // suite runs under a 20 s ctest timeout). A corrupt chunk that only the last rank reads shows
 // that a rank-local failure is agreed on.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -504,6 +505,19 @@ TEST(CheckpointBadFiles, MissingFileAndEmptyDirectory) {
             from_rank(0) + "restore_checkpoint: file '" + (dir / "ckpt_00000007.h5") + "' does not exist");
   EXPECT_EQ(restore_error(dir.path(), target_state()), from_rank(0) + "restore_checkpoint: directory '" + dir.path() +
                                                            "' holds no complete checkpoint (ckpt_<step>.h5)");
+}
+
+// A FIFO named as the checkpoint is refused at once on every rank: opening it would wait for a
+// writer while the other ranks waited in the restore's next agreement (core/files.h).
+TEST(CheckpointBadFiles, FifoIsRefusedWithoutWaiting) {
+  TempDir dir("fifo");
+  const std::string fifo = dir / "ckpt_00000007.h5";
+  if (testing_support::world_rank() == 0) {
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT_EQ(restore_error(fifo, target_state()),
+            from_rank(0) + "restore_checkpoint: file '" + fifo + "' is a FIFO, not a regular file on this rank");
 }
 
 }  // namespace
