@@ -130,6 +130,14 @@ std::string parameter_table(const nn::ParamInfos& infos, const MeshShape& mesh) 
   return out.str();
 }
 
+void check_learning_rate(double lr) {
+  if (!(lr > 0) || !std::isfinite(lr)) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%g", lr);
+    throw UsageError("--lr must be a finite number > 0, got " + std::string(text));
+  }
+}
+
 MetricsFile::MetricsFile(std::string program, std::string path, bool append)
     : program_(std::move(program)), path_(std::move(path)) {
   if (path_.empty()) return;

@@ -48,6 +48,11 @@ void check_memory(double need_bytes);
 // rotating its last good checkpoints out of the directory (--keep) with NaN ones.
 void check_loss_finite(double loss, std::int64_t step);
 
+// Throws UsageError "--lr must be a finite number > 0, got X" unless `lr` is one: a nan, an
+// infinite or a negative rate would train every weight to nan (or away from the minimum), and a
+// run of one step would save those weights before any loss showed it.
+void check_learning_rate(double lr);
+
 // A /proc/self/status field in kB (VmRSS: resident now, VmHWM: the peak since the last reset),
 // or -1 where it cannot be read.
 std::int64_t status_kib(const char* field);

@@ -92,7 +92,7 @@ void validate_flags(const Options& o) {
   }
   if (o.layers > 10000) throw UsageError("--layers must be <= 10000, got " + std::to_string(o.layers));
   if (o.steps < 0) throw UsageError("--steps must be >= 0");
-  if (!(o.lr > 0) || !std::isfinite(o.lr)) throw UsageError("--lr must be > 0");
+  apps::check_learning_rate(o.lr);
   if (o.keep < 1) throw UsageError("--keep must be >= 1");
   if (o.save_every < 0) throw UsageError("--save-every must be >= 0");
   if (o.eval_every < 0) throw UsageError("--eval-every must be >= 0");

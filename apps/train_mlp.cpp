@@ -90,6 +90,7 @@ void validate_flags(const Options& o) {
   if (o.keep < 1) throw UsageError("--keep must be >= 1");
   if (o.save_every < 0) throw UsageError("--save-every must be >= 0");
   if (o.examples < 0) throw UsageError("--examples must be >= 0, got " + std::to_string(o.examples));
+  apps::check_learning_rate(o.lr);
 }
 
 // Checks that cost nothing but catch bad input before any allocation: every parameter's spec
