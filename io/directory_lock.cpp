@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,6 +14,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "io/checkpoint_dir.h"
 #include "mesh/mpi_check.h"
 #include "mesh/agree.h"
@@ -53,6 +55,13 @@ std::unique_ptr<DirectoryLock> DirectoryLock::acquire(const std::string& dir) {
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) {
     throw IoError("checkpoint directory '" + dir + "': cannot open the lock file '" + path + "': " + std::strerror(errno));
+  }
+  // O_RDWR opens a FIFO without waiting; one planted there is named, not locked and truncated.
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw IoError("checkpoint directory '" + dir + "': the lock file '" + path + "' is " + file_kind(path) +
+                  ", not a regular file");
   }
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int error = errno;

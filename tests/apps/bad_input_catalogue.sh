@@ -289,6 +289,12 @@ flock -n "$lockfd"
 expect ckpt_dir.locked 2 "^train_mlp: checkpoint directory '$work/locked' is in use by another job" \
   mpi "$tm" "${small[@]}" --steps 2 --save-every 1 --ckpt-dir "$work/locked"
 exec {lockfd}>&-
+# A FIFO where the lock file goes is named (opened for reading and writing it does not wait).
+mkdir -p "$work/lock_fifo"
+mkfifo "$work/lock_fifo/.lock"
+expect ckpt_dir.lock_is_a_fifo 2 \
+  "^train_mlp: checkpoint directory '$work/lock_fifo': the lock file '$work/lock_fifo/.lock' is a FIFO, not a regular file\$" \
+  mpi "$tm" "${small[@]}" --steps 2 --save-every 1 --ckpt-dir "$work/lock_fifo"
 # Damaged files: an empty mesh_axis_sizes attribute, a negative optimizer step count.
 damage="$build/tests/apps/ckpt_damage"
 cp -r "$good" "$work/empty_sizes"
