@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <utility>
 
 namespace tessera {
 
@@ -31,6 +32,14 @@ bool clear_nonblocking(int fd) {
   return flags >= 0 && ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) == 0;
 }
 
+// Closes `fd` and returns -1 with `why` set: the opens' way out once they hold a descriptor.
+// `text` is built by the caller, so an errno it quotes is read before close(2) can change it.
+int refuse(int fd, std::string& why, std::string text) {
+  ::close(fd);
+  why = std::move(text);
+  return -1;
+}
+
 }  // namespace
 
 std::string file_kind(const std::string& path) {
@@ -46,22 +55,17 @@ int open_regular_for_reading(const std::string& path, std::string& why) {
     return -1;
   }
   struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    why = "cannot be opened: " + std::string(std::strerror(errno));
-    ::close(fd);
-    return -1;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    why = "is " + kind_of(st.st_mode) + ", not a regular file";
-    ::close(fd);
-    return -1;
-  }
-  if (!clear_nonblocking(fd)) {
-    why = "cannot be opened: " + std::string(std::strerror(errno));
-    ::close(fd);
-    return -1;
-  }
+  if (::fstat(fd, &st) != 0) return refuse(fd, why, "cannot be opened: " + std::string(std::strerror(errno)));
+  if (!S_ISREG(st.st_mode)) return refuse(fd, why, "is " + kind_of(st.st_mode) + ", not a regular file");
+  if (!clear_nonblocking(fd)) return refuse(fd, why, "cannot be opened: " + std::string(std::strerror(errno)));
   return fd;
+}
+
+std::string regular_file_problem(const std::string& path) {
+  std::string why;
+  const int fd = open_regular_for_reading(path, why);
+  if (fd >= 0) ::close(fd);
+  return why;
 }
 
 int open_for_writing(const std::string& path, bool append, std::string& why) {
@@ -76,19 +80,11 @@ int open_for_writing(const std::string& path, bool append, std::string& why) {
   }
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
-    why = "cannot be opened for writing: " + std::string(std::strerror(errno));
-    ::close(fd);
-    return -1;
+    return refuse(fd, why, "cannot be opened for writing: " + std::string(std::strerror(errno)));
   }
-  if (S_ISBLK(st.st_mode)) {
-    why = "is a block device";
-    ::close(fd);
-    return -1;
-  }
+  if (S_ISBLK(st.st_mode)) return refuse(fd, why, "is a block device");
   if ((S_ISREG(st.st_mode) && !append && ::ftruncate(fd, 0) != 0) || !clear_nonblocking(fd)) {
-    why = "cannot be opened for writing: " + std::string(std::strerror(errno));
-    ::close(fd);
-    return -1;
+    return refuse(fd, why, "cannot be opened for writing: " + std::string(std::strerror(errno)));
   }
   return fd;
 }

@@ -23,6 +23,10 @@ std::string file_kind(const std::string& path);
 // waits: a FIFO is refused without waiting for a writer.
 int open_regular_for_reading(const std::string& path, std::string& why);
 
+// Empty when `path` is a regular file this process can open for reading, else the `why` of
+// open_regular_for_reading. For a check before a library (HDF5) opens the file by name.
+std::string regular_file_problem(const std::string& path);
+
 // A descriptor of `path` opened for writing (created 0644 if need be; a regular file appended to
 // or truncated), else -1 with `why` set to what completes "file 'PATH' ...": "is a FIFO that no
 // process reads", "is a block device", or "cannot be opened for writing: <the reason>" (a

@@ -1,7 +1,5 @@
 // read_checkpoint_info and verify_checkpoint: one process opens the file on its own (no MPI-IO),
 // for ckpt_tool and for checks after a save.
-#include <unistd.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <sstream>
@@ -26,10 +24,7 @@ H5Handle open_local(const std::string& file) {
   const std::string context = format::file_context(file);
   // A FIFO or a device is refused before HDF5 opens it (its open of a FIFO would wait for a
   // writer: core/files.h).
-  std::string why;
-  const int fd = open_regular_for_reading(file, why);
-  if (fd < 0) throw IoError(context + " " + why);
-  ::close(fd);
+  if (const std::string why = regular_file_problem(file); !why.empty()) throw IoError(context + " " + why);
   htri_t is_hdf5 = H5Fis_hdf5(file.c_str());
   check_h5(is_hdf5, "H5Fis_hdf5", context);
   if (is_hdf5 == 0) throw IoError(context + " is not an HDF5 file");

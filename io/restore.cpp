@@ -69,10 +69,9 @@ namespace {
 void check_readable(const std::string& file) {
   // Opened without waiting (a FIFO's open would wait for a writer: core/files.h) and checked to
   // be a regular file before HDF5 opens it by name.
-  std::string why;
-  const int fd = open_regular_for_reading(file, why);
-  if (fd < 0) throw IoError("restore_checkpoint: " + format::file_context(file) + " " + why + " on this rank");
-  ::close(fd);
+  if (const std::string why = regular_file_problem(file); !why.empty()) {
+    throw IoError("restore_checkpoint: " + format::file_context(file) + " " + why + " on this rank");
+  }
   htri_t is_hdf5 = H5Fis_hdf5(file.c_str());
   check_h5(is_hdf5, "H5Fis_hdf5", "restore_checkpoint: " + format::file_context(file));
   if (is_hdf5 == 0) throw IoError("restore_checkpoint: " + format::file_context(file) + " is not an HDF5 file");

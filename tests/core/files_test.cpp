@@ -77,6 +77,11 @@ TEST_F(Files, ReadingTakesOnlyARegularFile) {
   EXPECT_EQ(why, "does not exist");
   EXPECT_EQ(open_regular_for_reading(path("missing") + "/below", why), -1);
   EXPECT_EQ(why, "does not exist");
+
+  // The check before a library opens the file by name: the same answers, no descriptor kept.
+  EXPECT_EQ(regular_file_problem(path("plain")), "");
+  EXPECT_EQ(regular_file_problem(path("pipe")), "is a FIFO, not a regular file");
+  EXPECT_EQ(regular_file_problem(path("missing")), "does not exist");
 }
 
 TEST_F(Files, WritingTruncatesOrAppendsARegularFile) {
