@@ -3,6 +3,7 @@
 #include "io/checkpoint_dir.h"
 
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -48,9 +49,26 @@ std::optional<std::int64_t> parse_file_name(std::string_view name) {
   std::int64_t step = 0;
   for (char c : digits) {
     if (c < '0' || c > '9') return std::nullopt;
-    step = step * 10 + (c - '0');
+    // A name of more digits than a step has is not a checkpoint of this format.
+    if (__builtin_mul_overflow(step, 10, &step) || __builtin_add_overflow(step, c - '0', &step)) return std::nullopt;
   }
   return step;
+}
+
+void check_free_space(const std::string& dir, std::uint64_t bytes, std::int64_t step) {
+  struct statvfs fs_info {};
+  // A file system that does not say (statvfs fails, or reports no blocks) is not judged.
+  if (::statvfs(dir.c_str(), &fs_info) != 0 || fs_info.f_blocks == 0) return;
+  std::uint64_t free = 0;
+  if (__builtin_mul_overflow(static_cast<std::uint64_t>(fs_info.f_bavail), static_cast<std::uint64_t>(fs_info.f_frsize),
+                             &free)) {
+    return;
+  }
+  if (free < bytes) {
+    throw IoError("checkpoint directory '" + dir + "': not enough free space for the checkpoint of step " +
+                  std::to_string(step) + ": it needs " + std::to_string(bytes) + " bytes, " + std::to_string(free) +
+                  " are free");
+  }
 }
 
 void make_directories(const std::string& dir) {

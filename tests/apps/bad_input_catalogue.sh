@@ -295,6 +295,20 @@ mkfifo "$work/lock_fifo/.lock"
 expect ckpt_dir.lock_is_a_fifo 2 \
   "^train_mlp: checkpoint directory '$work/lock_fifo': the lock file '$work/lock_fifo/.lock' is a FIFO, not a regular file\$" \
   mpi "$tm" "${small[@]}" --steps 2 --save-every 1 --ckpt-dir "$work/lock_fifo"
+# A disk without room for the checkpoint (a 16 KiB tmpfs, mounted in a mount namespace of the case's
+# own) is named before the file is made: the save leaves nothing but the lock in the directory
+# (the check after the run fails the case otherwise). Before, the MPI write failed with "input/output
+# error" and left its partial file holding the space.
+if unshare --mount true 2>/dev/null; then
+  expect ckpt_dir.disk_full 2 \
+    "^train_mlp: (rank 0: )?checkpoint directory '$work/full/run': not enough free space for the checkpoint of step 1: it needs [0-9]+ bytes, [0-9]+ are free\$" \
+    one unshare --mount bash -c 'mkdir -p "$1" && mount -t tmpfs -o size=16k tmpfs "$1" || exit 9
+      bash "$2" "$3" "$4" "${@:5}" --steps 2 --save-every 1 --ckpt-dir "$1/run"; rc=$?
+      [ "$(ls -A "$1/run")" = .lock ] || { echo "directory holds: $(ls -A "$1/run" | tr "\n" " ")" >&2; exit 9; }
+      exit $rc' _ "$work/full" "$launch" "$ranks" "$tm" "${small[@]}"
+else
+  echo "catalogue: ckpt_dir.disk_full left out: no mount namespace here (unshare --mount fails)"
+fi
 # Damaged files: an empty mesh_axis_sizes attribute, a negative optimizer step count.
 damage="$build/tests/apps/ckpt_damage"
 cp -r "$good" "$work/empty_sizes"

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include "io/checkpoint_dir.h"
@@ -78,6 +79,21 @@ TEST(CheckpointAtomicity, KilledSaveLeavesThePreviousCheckpointAndIsCleanedByThe
 
 // Another run's higher steps in the directory must not make a save delete the file it just
 // wrote (which `latest` names): it counts as one of `keep`, the rest are the highest steps.
+// File names and steps: every int64 step has its name and back; a name of more digits than a step
+// has is no checkpoint's (before, its digits wrapped into some step, which --resume and pruning
+// then took for a checkpoint of that step).
+TEST(CheckpointNames, StepsAndFileNamesRoundTrip) {
+  EXPECT_EQ(checkpoint_dir::file_name(10), "ckpt_00000010.h5");
+  for (const std::int64_t step : {std::int64_t{0}, std::int64_t{10}, std::int64_t{123456789},
+                                  std::numeric_limits<std::int64_t>::max()}) {
+    EXPECT_EQ(checkpoint_dir::parse_file_name(checkpoint_dir::file_name(step)), step);
+  }
+  for (const char* name : {"ckpt_9223372036854775808.h5", "ckpt_99999999999999999999.h5", "ckpt_0000001.h5",
+                           "ckpt_0000000a.h5", "ckpt_00000010.h5.tmp", "ckpt_-0000010.h5"}) {
+    EXPECT_EQ(checkpoint_dir::parse_file_name(name), std::nullopt) << name;
+  }
+}
+
 TEST(CheckpointPrune, NeverRemovesTheFileJustWritten) {
   const std::string d = std::string(TESSERA_IO_TEST_TMP) + "/prune";
   fs::remove_all(d);

@@ -2,11 +2,15 @@
 // suite runs under a 20 s ctest timeout). A corrupt chunk that only the last rank reads shows
 // that a rank-local failure is agreed on.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+
+#include <csignal>
 
 #include <filesystem>
 #include <fstream>
 
+#include "io/checkpoint_dir.h"
 #include "io/checkpoint_format.h"
 #include "io/hdf5_handle.h"
 #include "io/train_state_io.h"
@@ -518,6 +522,63 @@ TEST(CheckpointBadFiles, FifoIsRefusedWithoutWaiting) {
   MPI_Barrier(MPI_COMM_WORLD);
   EXPECT_EQ(restore_error(fifo, target_state()),
             from_rank(0) + "restore_checkpoint: file '" + fifo + "' is a FIFO, not a regular file on this rank");
+}
+
+// The file-size limit of this process for a scope (with SIGXFSZ ignored, a write past it fails
+// with EFBIG, as one to a full disk fails with ENOSPC), restored as it leaves.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(std::uint64_t bytes) {
+    ::getrlimit(RLIMIT_FSIZE, &saved_);
+    previous_handler_ = std::signal(SIGXFSZ, SIG_IGN);
+    rlimit limit = saved_;
+    limit.rlim_cur = bytes;
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+  }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &saved_);
+    std::signal(SIGXFSZ, previous_handler_);
+  }
+
+ private:
+  rlimit saved_{};
+  void (*previous_handler_)(int) = nullptr;
+};
+
+// A save whose file cannot be written whole fails with the same IoError on every rank and leaves
+// nothing behind: the previous checkpoint stays the latest, and no temporary file is left to hold
+// the space. The file stops at two places: where the skeleton that rank 0 writes first sets the
+// file's length past the first chunk, and at the last byte, which the chunk digests, written last,
+// need. Before, both ended in a SIGSEGV at MPI_Finalize (skeleton_driver.h, DeferWriteFailures).
+TEST(CheckpointBadFiles, SaveThatCannotWriteItsFileLeavesNothingBehind) {
+  TempDir dir("write_fails");
+  CheckpointState state = saved_state();
+  const std::string first = save_checkpoint(state, dir.path());
+  wait_for_pruning();
+  const std::uint64_t size = std::filesystem::file_size(first);
+  const std::uint64_t first_chunk = chunk_address(first, w1, 0);
+  ASSERT_LT(first_chunk, size);
+  const std::pair<std::uint64_t, std::string> cases[] = {{first_chunk + 1, "ftruncate failed: File too large"},
+                                                          {size - 1, "pwrite failed: File too large"}};
+  for (const auto& [limit, failure] : cases) {
+    state.step += 1;
+    const std::string temporary = dir / (checkpoint_dir::file_name(state.step) + ".tmp");
+    std::string message;
+    {
+      FileSizeLimit guard(limit);
+      message = io_testing::io_error_of([&] { save_checkpoint(state, dir.path()); });
+    }
+    EXPECT_TRUE(io_testing::same_on_every_rank(message)) << message;
+    EXPECT_EQ(message, from_rank(0) + "file '" + temporary + "': " + failure) << "limit " << limit;
+    EXPECT_FALSE(std::filesystem::exists(temporary)) << "limit " << limit;
+    EXPECT_EQ(latest_checkpoint(dir.path()), first) << "limit " << limit;
+  }
+  // The next save, with room, succeeds.
+  state.step += 1;
+  EXPECT_EQ(save_checkpoint(state, dir.path()), dir / checkpoint_dir::file_name(state.step));
+  wait_for_pruning();
 }
 
 }  // namespace
