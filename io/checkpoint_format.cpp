@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <filesystem>
 #include <set>
 
 #include "core/error.h"
+#include "io/checkpoint_dir.h"
 #include "io/hdf5_handle.h"
 
 namespace tessera::checkpoint_format {
@@ -360,11 +362,17 @@ Shape dataset_shape(hid_t dataset, std::string_view context) {
   return Shape(dims.begin(), dims.end());
 }
 
-std::int64_t read_step(hid_t file, std::string_view context) {
+std::int64_t read_step(hid_t file, const std::string& path, std::string_view context) {
   const std::int64_t step = read_int64_attribute(file, attr_step, context);
   if (step < 0) {
     throw IoError(std::string(context) + ": attribute '" + attr_step + "' is " + std::to_string(step) +
                   "; a step is >= 0");
+  }
+  const std::string name = std::filesystem::path(path).filename().string();
+  if (const auto named = checkpoint_dir::parse_file_name(name); named && *named != step) {
+    throw IoError(std::string(context) + ": attribute '" + attr_step + "' is " + std::to_string(step) +
+                  " but the file's name is that of step " + std::to_string(*named) +
+                  " (renamed, or copied in from another run?)");
   }
   return step;
 }

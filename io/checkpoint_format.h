@@ -105,8 +105,11 @@ Shape dataset_shape(hid_t dataset, std::string_view context);
 // Checks of what a reader takes from a file before it uses it (the file may be corrupt or
 // hostile). Each throws IoError("<context>: ...") naming the attribute or dataset.
 //
-// The root's step attribute, which must be >= 0.
-std::int64_t read_step(hid_t file, std::string_view context);
+// The root's step attribute, which must be >= 0 and, where the file at `path` has a checkpoint's
+// name (ckpt_<step>.h5), that name's step: a directory orders its checkpoints by their names, so
+// a file renamed or copied in under another step would be resumed from as the newest and its
+// save would prune the checkpoints of the steps between.
+std::int64_t read_step(hid_t file, const std::string& path, std::string_view context);
 // The mesh attributes: as many sizes as names, every size in 1..INT_MAX, names non-empty.
 void validate_mesh_axes(const std::vector<std::string>& names, const std::vector<std::int64_t>& sizes,
                         std::string_view context);

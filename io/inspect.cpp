@@ -133,7 +133,7 @@ CheckpointInfo read_checkpoint_info(const std::string& file) {
   CheckpointInfo info;
   info.file = file;
   std::tie(info.format, info.version) = format::read_format_and_version(handle.get(), context);
-  info.step = format::read_step(handle.get(), context);
+  info.step = format::read_step(handle.get(), file, context);
   info.seed = format::read_uint64_attribute(handle.get(), format::attr_seed, context);
   info.config = format::read_string_attribute(handle.get(), format::attr_config, context);
   info.mesh_axis_names = format::read_string_array_attribute(handle.get(), format::attr_mesh_names, context);

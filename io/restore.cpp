@@ -81,7 +81,7 @@ void check_readable(const std::string& file) {
 std::int64_t read_root(hid_t file, const std::string& path, CheckpointState& out) {
   const std::string context = "restore_checkpoint: " + format::file_context(path);
   const std::int64_t version = format::read_format_and_version(file, context).second;
-  out.step = format::read_step(file, context);
+  out.step = format::read_step(file, path, context);
   out.seed = format::read_uint64_attribute(file, format::attr_seed, context);
   out.config = format::read_string_attribute(file, format::attr_config, context);
   return version;

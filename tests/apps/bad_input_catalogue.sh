@@ -274,6 +274,22 @@ expect resume.empty_dir 2 "train_mlp: --resume: no checkpoint in '$work/empty_di
 cp -r "$good" "$work/other_model"
 expect resume.other_model 2 "global shape is \\[16, 16\\] in the file, \\[32, 32\\] wanted" \
   mpi "$tm" --mesh "$mesh" --depth 32 --layers 1 --batch 8 --quiet --steps 4 --resume --ckpt-dir "$work/other_model"
+# A checkpoint renamed to a later step's name: the directory orders checkpoints by name, so it
+# would be resumed from as the newest, and the resumed run's saves (--keep 2) would prune the
+# checkpoints of the steps between. Refused; the directory is left as it was (the check after the
+# run). ckpt_tool verify names the same disagreement.
+mkdir -p "$work/renamed"
+cp "$good_file" "$work/renamed/ckpt_00000009.h5"
+cp "$good_file" "$work/renamed/$(basename "$good_file")"
+expect resume.renamed_checkpoint 2 \
+  "^train_mlp: (rank 0: )?restore_checkpoint: file '$work/renamed/ckpt_00000009.h5': attribute 'step' is 2 but the file's name is that of step 9 \\(renamed, or copied in from another run\\?\\)\$" \
+  one bash -c 'bash "$1" "$2" "${@:4}"; rc=$?
+    [ "$(ls "$3")" = "$(printf "ckpt_00000002.h5\nckpt_00000009.h5")" ] || { echo "directory holds: $(ls "$3" | tr "\n" " ")" >&2; exit 9; }
+    exit $rc' _ "$launch" "$ranks" "$work/renamed" "$tm" "${small[@]}" --steps 5 --save-every 1 --keep 2 --resume \
+  --ckpt-dir "$work/renamed"
+expect ckpt_tool.verify_renamed 2 \
+  "^ckpt_tool: file '$work/renamed/ckpt_00000009.h5': attribute 'step' is 2 but the file's name is that of step 9" \
+  one "$ck" verify "$work/renamed/ckpt_00000009.h5"
 
 # A fresh run into another run's directory: refused, nothing deleted.
 cp -r "$good" "$work/taken"
