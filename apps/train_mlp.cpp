@@ -173,6 +173,9 @@ int run(const Options& o, int world_rank) {
   const Spec x_spec = apps::activation_spec(mesh_shape, rules, o.logical);
   validate_setup(o, infos, mesh_shape, x_spec);
   check_memory(o, infos, mesh_shape, x_spec);
+  // The data checks its spec and loss here, before the checkpoint directory is claimed: --overwrite
+  // removes the directory's checkpoints, so every refusal comes first.
+  const apps::SyntheticData data(data_config, mesh, rules);
 
   // Held until the run ends: rank 0's lock on the directory and the checkpoint to resume from.
   const apps::RunCheckpoints checkpoints = apps::open_run_checkpoints(mesh.comm(), o.ckpt_dir, o.resume, o.overwrite);
@@ -188,7 +191,6 @@ int run(const Options& o, int world_rank) {
               << apps::parameter_table(infos, mesh_shape) << '\n';
   }
 
-  const apps::SyntheticData data(data_config, mesh, rules);
   const nn::Optimizer optimizer = nn::adam(o.lr);
   nn::TrainState state = nn::create_train_state(nn::init_params(infos, mesh, o.seed), optimizer);
   if (resume_file) {

@@ -3,6 +3,7 @@
 #include "io/checkpoint_dir.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -235,6 +236,15 @@ std::vector<std::string> remove_checkpoints(const std::string& dir) {
   }
   if (ec) throw IoError("checkpoint directory '" + dir + "': cannot list: " + ec.message());
   std::sort(doomed.begin(), doomed.end());
+  // All or nothing: a directory under one of these names, which unlink cannot remove, is found
+  // before any checkpoint is gone.
+  for (const auto& path : doomed) {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      throw IoError("checkpoint directory '" + dir + "': '" + path +
+                    "' is a directory where a checkpoint's file goes; nothing was removed");
+    }
+  }
   for (const auto& path : doomed) {
     // unlink, not remove_all: a symlink is removed itself, never what it points to.
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) {

@@ -295,6 +295,23 @@ expect ckpt_tool.verify_renamed 2 \
 cp -r "$good" "$work/taken"
 expect ckpt_dir.fresh_run_into_other_run 2 "^train_mlp: --ckpt-dir '$work/taken' already holds checkpoints up to step 2 \\(ckpt_00000002.h5\\): --resume continues that run, --overwrite deletes them and starts over$" \
   mpi "$tm" "${small[@]}" --steps 4 --save-every 1 --keep 2 --ckpt-dir "$work/taken"
+# --overwrite with a flag the run refuses: refused before the directory's checkpoints are removed
+# (before, the loss's check ran after --overwrite had removed them; the check after the run).
+cp -r "$good" "$work/overwrite_refused"
+expect ckpt_dir.overwrite_then_refused 2 '^train_mlp: --loss xent needs the embed dimension unsplit, got P\(data, model\)$' \
+  one bash -c 'bash "$1" "$2" "${@:4}"; rc=$?
+    [ "$(ls "$3")" = "$(printf "ckpt_00000002.h5\nlatest")" ] || { echo "directory holds: $(ls "$3" | tr "\n" " ")" >&2; exit 9; }
+    exit $rc' _ "$launch" "$ranks" "$work/overwrite_refused" "$tm" "${small[@]}" --logical --rules batch=data,embed=model \
+  --loss xent --steps 2 --overwrite --ckpt-dir "$work/overwrite_refused"
+# --overwrite where a directory has a checkpoint's name: nothing is removed.
+cp -r "$good" "$work/overwrite_latest_dir"
+rm "$work/overwrite_latest_dir/latest" && mkdir "$work/overwrite_latest_dir/latest"
+expect ckpt_dir.overwrite_latest_is_a_directory 2 \
+  "^train_mlp: checkpoint directory '$work/overwrite_latest_dir': '$work/overwrite_latest_dir/latest' is a directory where a checkpoint's file goes; nothing was removed\$" \
+  one bash -c 'bash "$1" "$2" "${@:4}"; rc=$?
+    [ "$(ls "$3")" = "$(printf "ckpt_00000002.h5\nlatest")" ] || { echo "directory holds: $(ls "$3" | tr "\n" " ")" >&2; exit 9; }
+    exit $rc' _ "$launch" "$ranks" "$work/overwrite_latest_dir" "$tm" "${small[@]}" --steps 2 --overwrite \
+  --ckpt-dir "$work/overwrite_latest_dir"
 # The directory is a file.
 printf 'x' >"$work/a_file"
 expect ckpt_dir.is_a_file 2 "'$work/a_file'" mpi "$tm" "${small[@]}" --steps 2 --save-every 1 --ckpt-dir "$work/a_file"

@@ -11,6 +11,7 @@
 #include <limits>
 #include <string>
 
+#include "core/error.h"
 #include "io/checkpoint_dir.h"
 #include "io/checkpoint.h"
 
@@ -123,6 +124,23 @@ TEST(CheckpointPrune, RemoveCheckpointsLeavesOtherFiles) {
   for (const auto& entry : fs::directory_iterator(d)) left.push_back(entry.path().filename().string());
   std::sort(left.begin(), left.end());
   EXPECT_EQ(left, (std::vector<std::string>{".lock", "notes.txt"}));
+}
+
+// A directory under a checkpoint's name is refused before anything is removed (before, every
+// checkpoint was gone when the unlink of `latest`, a directory, failed).
+TEST(CheckpointPrune, RemoveCheckpointsRemovesNothingWhenOneCannotGo) {
+  const std::string d = std::string(TESSERA_IO_TEST_TMP) + "/remove_none";
+  fs::remove_all(d);
+  fs::create_directories(d + "/latest");
+  for (const char* name : {"ckpt_00000010.h5", "ckpt_00000020.h5"}) std::ofstream(d + "/" + name) << "x";
+  try {
+    checkpoint_dir::remove_checkpoints(d);
+    ADD_FAILURE() << "no IoError";
+  } catch (const IoError& e) {
+    EXPECT_EQ(std::string(e.what()), "checkpoint directory '" + d + "': '" + d +
+                                         "/latest' is a directory where a checkpoint's file goes; nothing was removed");
+  }
+  EXPECT_EQ(checkpoint_dir::list_complete(d).size(), 2u);
 }
 
 }  // namespace
