@@ -302,36 +302,6 @@ std::string printable(const std::string& bytes) {
   return out;
 }
 
-// Memory estimate (bytes per rank) from each rank's local shapes, in double so that absurd sizes
-// give a figure instead of an overflow: parameters, gradients and Adam's two moments (4 x the
-// local parameter bytes); per block the activations the backward pass keeps (about 8 residual-
-// width tensors, 8 of the heads' width, 3 of d_ff's and 3 attention score matrices per rank);
-// the logits (3 copies). Activations take the compute dtype's bytes (the f32 softmax aside);
-// with --remat the tape keeps one residual-width tensor per block plus one block's activations
-// while it is recomputed; bf16 adds the weights' bf16 copies (half the parameter bytes). A lower
-// bound of the peak, so a refusal is certain not to fit.
-double estimate_bytes_per_rank(const Options& o, const nn::ParamInfos& infos, const MeshShape& mesh) {
-  double params = 0;
-  for (const auto& info : infos) {
-    double n = static_cast<double>(dtype_size(info.dtype));
-    for (auto d : max_local_shape(info.spec, mesh, info.shape)) n *= static_cast<double>(d);
-    params += n;
-  }
-  const auto size_of = [&](const char* axis) {
-    const auto& names = mesh.names();
-    return std::find(names.begin(), names.end(), axis) != names.end() ? static_cast<double>(mesh.axis_size(axis)) : 1.0;
-  };
-  const double data = size_of(models::kDataAxis), seq = size_of(models::kSeqAxis), model = size_of(models::kModelAxis);
-  const double rows = static_cast<double>(o.batch) / data * static_cast<double>(o.seq_len) / seq;
-  const double scores = static_cast<double>(o.batch) / data * static_cast<double>(o.heads) / model *
-                        static_cast<double>(o.seq_len) / seq * static_cast<double>(o.seq_len);
-  const double per_block = 8 * rows * o.d_model + 8 * rows * o.d_model / model + 3 * rows * o.d_ff / model + 3 * scores;
-  const bool bf16 = nn::Precision::parse(o.dtype).mixed();
-  const double act_bytes = bf16 ? 2.0 : 4.0;
-  const double kept = o.remat ? o.layers * rows * o.d_model + per_block : o.layers * per_block;
-  return 4 * params + (bf16 ? params / 2 : 0.0) + act_bytes * kept + 4.0 * 3 * rows * 256 / model;
-}
-
 int run(const Options& o, int world_rank) {
   const bool root = world_rank == 0;
   validate_flags(o);
@@ -351,7 +321,8 @@ int run(const Options& o, int world_rank) {
   model.validate(mesh_shape, tokens_shape);
   Mesh mesh = Mesh::world(mesh_shape);
   const nn::ParamInfos infos = nn::abstract_init(model, mesh_shape, {}, tokens_shape);
-  apps::check_memory(estimate_bytes_per_rank(o, infos, mesh_shape));
+  apps::check_memory(apps::lm_bytes_per_rank({o.batch, o.seq_len, o.d_model, o.heads, o.d_ff, o.layers, config.bf16, o.remat},
+                                              infos, mesh_shape));
 
   const std::string source = o.data.empty() ? std::string(kDefaultCorpus) : "--data '" + o.data + "'";
   const std::string text = load_text(o, mesh.comm());

@@ -218,6 +218,25 @@ if [ "$ranks" -lt 4 ]; then
 fi
 expect bench_train.does_not_fit 2 '^bench_train: needs [0-9]+\.[0-9] GiB per rank, this machine has [0-9]+\.[0-9] GiB$' \
   mpi "$apps/bench_train" --strategy dp --depth 1000000 --layers 100
+# Found on 2026-11-28: --steps 2^31 - 1 with a warmup step wrapped their int sum and the median
+# of no steps crashed (SIGSEGV); 10^5 layers ran on with no output; a --seq-len of 10^8 passed the
+# memory check on its parameters alone; --copy-mib 65536 ended in std::bad_alloc.
+expect bench_train.steps_too_many 2 '^bench_train: --steps and --warmup must be <= 1000000, got 2147483647 and 1$' \
+  mpi "$apps/bench_train" --steps 2147483647 --warmup 1
+expect bench_train.layers_too_many 2 '^bench_train: --layers must be <= 10000, got 100000$' \
+  mpi "$apps/bench_train" --depth 1 --layers 100000
+expect bench_train.lm_activations_do_not_fit 2 '^bench_train: needs [0-9]+\.[0-9] GiB per rank, this machine has [0-9]+\.[0-9] GiB$' \
+  mpi "$apps/bench_train" --model lm --d-model 32 --heads 2 --d-ff 64 --layers 1 --seq-len 100000000 --batch 2
+expect bench_train.copy_mib_does_not_fit 2 \
+  '^bench_train: --copy-mib 65536: the copy measurement needs 128\.0 GiB per rank, this machine has [0-9]+\.[0-9] GiB$' \
+  mpi "$apps/bench_train" --copy-mib 65536
+# --layouts took any word (and measured the inner layout under it); sizes too small for every
+# collective printed nothing and exited 0.
+expect bench_collectives.layouts_unknown 2 '^--layouts: foo not in \{outer,inner\}$' \
+  mpi "$apps/bench_collectives" --layouts foo
+expect bench_collectives.no_size_runs 2 \
+  "^bench_collectives: no message size from --min 1 to --max 100 \\(powers of 4 from --min\\) splits into 64 floats per rank on $ranks ranks for --ops\$" \
+  mpi "$apps/bench_collectives" --min 1 --max 100
 # scripts/scaling.sh refuses a bad command line before it runs anything.
 expect scaling.unknown_argument 2 "^scaling.sh: unknown argument '--bogus'" one bash "$here/../../scripts/scaling.sh" --bogus
 expect scaling.ranks_not_a_count 2 "^scaling.sh: --ranks takes positive integers, got 'x'$" \
