@@ -92,6 +92,13 @@ void validate_flags(const Options& o) {
   }
   if (o.layers > 10000) throw UsageError("--layers must be <= 10000, got " + std::to_string(o.layers));
   if (o.steps < 0) throw UsageError("--steps must be >= 0");
+  // Step s draws its batch's windows as elements s * batch + r of the RNG (train_starts), which
+  // has 2^56 of them; a run never takes a step at or past --steps, even resumed from a checkpoint
+  // of a larger step.
+  if (o.steps > (std::int64_t{1} << 56) / o.batch) {
+    throw UsageError("--steps " + std::to_string(o.steps) + " of --batch " + std::to_string(o.batch) +
+                     " draw more than 2^56 training windows, the data RNG's limit");
+  }
   apps::check_learning_rate(o.lr);
   if (o.keep < 1) throw UsageError("--keep must be >= 1");
   if (o.save_every < 0) throw UsageError("--save-every must be >= 0");

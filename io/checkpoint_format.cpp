@@ -63,6 +63,20 @@ hid_t file_type(DType dtype) {
   return H5T_IEEE_F32LE;
 }
 
+std::string type_text(hid_t dataset_type) {
+  const std::string bits = std::to_string(8 * H5Tget_size(dataset_type)) + "-bit ";
+  switch (H5Tget_class(dataset_type)) {
+    case H5T_FLOAT:
+      return bits + "floats";
+    case H5T_INTEGER:
+      return bits + (H5Tget_sign(dataset_type) == H5T_SGN_NONE ? "unsigned integers" : "signed integers");
+    case H5T_STRING:
+      return "strings";
+    default:
+      return "values of a type that is neither a number nor a string";
+  }
+}
+
 bool type_matches(hid_t dataset_type, DType dtype) {
   const H5T_class_t want_class = dtype == DType::i32 || dtype == DType::bf16 ? H5T_INTEGER : H5T_FLOAT;
   if (H5Tget_class(dataset_type) != want_class) return false;

@@ -70,6 +70,8 @@ hid_t memory_type(DType dtype);
 hid_t file_type(DType dtype);
 // True when the dataset's HDF5 type is the file type of `dtype` (class, size, sign). For bf16 the
 // reader also checks the dtype attribute (a plain uint16 dataset is not bf16).
+// The stored type in words, for messages: "64-bit floats", "16-bit unsigned integers", "strings".
+std::string type_text(hid_t dataset_type);
 bool type_matches(hid_t dataset_type, DType dtype);
 
 // HDF5 stores a filtered chunk's size in 32 bits; Fletcher32 adds 4 bytes to each chunk.

@@ -116,8 +116,13 @@ H5Handle open_validated(hid_t file, const std::string& path, const CheckpointArr
     std::string saved = format::has_attribute(dataset.get(), format::attr_dtype, context)
                             ? format::read_string_attribute(dataset.get(), format::attr_dtype, context)
                             : std::string("another type");
-    throw IoError(context + ": dtype is " + saved + " in the file, " + std::string(dtype_name(want.dtype())) +
-                  " wanted");
+    const std::string wanted(dtype_name(want.dtype()));
+    // An attribute that names the wanted dtype over data of another type: the data's type is told.
+    if (saved == wanted) {
+      throw IoError(context + ": the data are " + format::type_text(type.get()) + ", though its dtype attribute says " +
+                    saved + "; " + wanted + " wanted");
+    }
+    throw IoError(context + ": dtype is " + saved + " in the file, " + wanted + " wanted");
   }
   if (want.dtype() == DType::bf16) {
     // bf16 is stored as uint16: only the dtype attribute tells its bits from integers.

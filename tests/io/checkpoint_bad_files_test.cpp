@@ -468,6 +468,20 @@ TEST(CheckpointBadFiles, WrongDtype) {
                                                    w1 + "': dtype is f32 in the file, f64 wanted");
 }
 
+// Data of another type under a dtype attribute that names the wanted one: the restore tells the
+// data's type (before: "dtype is f32 in the file, f32 wanted").
+TEST(CheckpointBadFiles, DtypeAttributeThatNamesTheWantedTypeOverOtherData) {
+  TempDir dir("dtype_liar_restore");
+  const std::string file = saved_then_edited(dir, [](hid_t root) {
+    H5Ldelete(root, ("/" + w1).c_str(), H5P_DEFAULT);
+    H5Handle create = dataset_creation();
+    add_dataset(root, "/" + w1, {8, 16}, create.get(), H5T_IEEE_F64LE, "f32");
+  });
+  EXPECT_EQ(restore_error(dir.path(), target_state()),
+            from_rank(0) + "restore_checkpoint: file '" + file + "', dataset '/" + w1 +
+                "': the data are 64-bit floats, though its dtype attribute says f32; f32 wanted");
+}
+
 TEST(CheckpointBadFiles, UnknownFormatVersion) {
   TempDir dir("version");
   const std::string file = saved_then_damaged(dir, [](const std::string& f) {
