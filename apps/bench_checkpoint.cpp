@@ -317,6 +317,7 @@ int main(int argc, char** argv) {
   app.add_option("--dir", dir,
                  "directory in which the run makes a directory of its own for its files, removed afterwards "
                  "(nothing else in --dir is touched)")
+      ->check(apps::non_empty_path())
       ->capture_default_str();
   app.add_option("--repeats", repeats, "repetitions (the median is reported)")
       ->capture_default_str();

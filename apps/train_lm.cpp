@@ -505,9 +505,11 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.seed, "seed of the parameters, the batches and the sampling")->capture_default_str();
   app.add_option("--data", o.data,
                  "text to train on, bytes as tokens; the last 5% held out (default: the regular files of "
-                 "/usr/share/common-licenses, concatenated in name order)");
+                 "/usr/share/common-licenses, concatenated in name order)")
+      ->check(apps::non_empty_path());
   app.add_option("--ckpt-dir", o.ckpt_dir,
-                 "checkpoint directory: saves at the end and every --save-every (default: none, no checkpoints)");
+                 "checkpoint directory: saves at the end and every --save-every (default: none, no checkpoints)")
+      ->check(apps::non_empty_path());
   app.add_option("--save-every", o.save_every, "save every N steps (0: only at the end)")->capture_default_str();
   app.add_option("--keep", o.keep, "checkpoints kept")->capture_default_str();
   app.add_flag("--resume", o.resume, "continue from the latest checkpoint in --ckpt-dir (on any mesh)");
@@ -515,7 +517,8 @@ int main(int argc, char** argv) {
                "delete the checkpoints already in --ckpt-dir and start over (a run without it refuses them)");
   app.add_option("--metrics", o.metrics,
                  "write one JSON object per step to FILE: step, loss, ms, tokens_per_s, lr, the time split and "
-                 "bytes by collective, heldout_loss on evaluation steps (default: none)");
+                 "bytes by collective, heldout_loss on evaluation steps (default: none)")
+      ->check(apps::non_empty_path());
   app.add_flag("--quiet", o.quiet, "no progress line per step");
   app.add_option("--eval-every", o.eval_every, "held-out loss every N steps and at the end (0: at the end only)")
       ->capture_default_str();

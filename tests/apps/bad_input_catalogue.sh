@@ -114,6 +114,10 @@ expect train_mlp.loss_unknown 2 '--loss: foo not in \{sum,mse,xent\}' mpi "$tm" 
 expect train_mlp.input_unknown 2 '--input: zeros not in \{ones,random\}' mpi "$tm" "${small[@]}" --input zeros
 expect train_mlp.dtype_unknown 2 '--dtype: fp16 not in \{f32,bf16\}' mpi "$tm" "${small[@]}" --dtype fp16
 expect train_mlp.lr_not_a_number 2 'Could not convert: --lr = abc' mpi "$tm" "${small[@]}" --lr abc
+# An empty number is refused (CLI11 read it as 0: --steps '' trained no step, --temperature ''
+# sampled greedily).
+expect train_mlp.steps_empty 2 '^--steps: an empty value is not a number$' mpi "$tm" "${small[@]}" --steps ''
+expect train_lm.temperature_empty 2 '^--temperature: an empty value is not a number$' mpi "$apps/train_lm" --temperature ''
 expect train_mlp.examples_negative 2 '^train_mlp: --examples must be >= 0, got -1$' mpi "$tm" "${small[@]}" --examples -1
 expect train_mlp.microbatches_do_not_divide 2 "train_mlp: --microbatches 3 does not divide each rank's batch block of 8 rows" \
   mpi "$tm" "${small[@]}" --microbatches 3
@@ -165,6 +169,12 @@ expect mesh.size_zero 2 "mesh 'data=0,model=1': axis 'data' has size 0" mpi "$tm
 expect mesh.axis_twice 2 "mesh 'data=1,data=1': axis name 'data' appears twice" mpi "$tm" --mesh data=1,data=1
 expect mesh.size_not_a_number 2 "mesh 'data=two,model=1'" mpi "$tm" --mesh data=two,model=1
 expect mesh.empty 2 "mesh ''" mpi "$tm" --mesh ''
+# --rules alone was ignored in silence: the specs are the tutorial's own without --logical.
+expect rules.without_logical 2 '^--rules requires --logical$' mpi "$tm" "${small[@]}" --rules batch=model
+# An empty path (an unset shell variable) meant the flag's default in silence: no checkpoint saved,
+# the default corpus trained on.
+expect train_mlp.ckpt_dir_empty 2 '^--ckpt-dir: an empty value names no path$' mpi "$tm" "${small[@]}" --ckpt-dir ''
+expect train_lm.data_empty 2 '^--data: an empty value names no path$' mpi "$apps/train_lm" --data ''
 expect rules.unknown_axis 2 "mesh axis 'tensor' is not in the mesh" mpi "$tm" "${small[@]}" --logical --rules batch=data,hidden=tensor
 expect rules.no_equals 2 "rules \"batch\": expected '=' after 'batch' \\(column 6\\)" mpi "$tm" "${small[@]}" --logical --rules batch
 expect rules.axis_twice_in_a_rule 2 "mesh axis 'data' appears twice in the rule for 'batch' \\(column 12\\)" mpi "$tm" "${small[@]}" --logical --rules batch=data+data
