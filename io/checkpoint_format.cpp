@@ -409,6 +409,23 @@ void validate_mesh_axes(const std::vector<std::string>& names, const std::vector
   }
 }
 
+std::vector<hsize_t> direct_chunk_shape(hid_t dataset, std::string_view context) {
+  H5Handle create = plist_handle(H5Dget_create_plist(dataset), "H5Dget_create_plist", context);
+  if (H5Pget_layout(create.get()) != H5D_CHUNKED || H5Pget_nfilters(create.get()) != 1) return {};
+  unsigned flags = 0, config = 0;
+  std::size_t values = 0;
+  if (H5Pget_filter2(create.get(), 0, &flags, &values, nullptr, 0, nullptr, &config) != H5Z_FILTER_FLETCHER32) {
+    return {};
+  }
+  H5Handle type = type_handle(H5Dget_type(dataset), "H5Dget_type", context);
+  if (H5Tget_order(type.get()) != H5T_ORDER_LE) return {};
+  const int rank = H5Pget_chunk(create.get(), 0, nullptr);
+  check_h5(rank, "H5Pget_chunk", context);
+  std::vector<hsize_t> chunk(static_cast<std::size_t>(rank));
+  check_h5(H5Pget_chunk(create.get(), rank, chunk.data()), "H5Pget_chunk", context);
+  return chunk;
+}
+
 std::vector<hsize_t> validated_storage(hid_t dataset, const Shape& shape, DType dtype, std::uint64_t file_bytes,
                                        std::string_view context) {
   const std::string where(context);

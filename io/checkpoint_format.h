@@ -104,6 +104,11 @@ std::vector<std::int64_t> read_int64_array_attribute(hid_t object, const char* n
 // The global shape of a dataset (IoError for a null dataspace or a dimension past int64).
 Shape dataset_shape(hid_t dataset, std::string_view context);
 
+// The chunk shape of a dataset stored as tessera saves it (chunked, Fletcher32 its only filter,
+// little-endian), whose chunks a reader takes directly and checks against the file's digest
+// (version 2); empty for any other dataset (another writer's: contiguous, compressed, big-endian).
+std::vector<hsize_t> direct_chunk_shape(hid_t dataset, std::string_view context);
+
 // Checks of what a reader takes from a file before it uses it (the file may be corrupt or
 // hostile). Each throws IoError("<context>: ...") naming the attribute or dataset.
 //

@@ -5,6 +5,8 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
+#include <zlib.h>
+
 #include <csignal>
 
 #include <filesystem>
@@ -480,6 +482,35 @@ TEST(CheckpointBadFiles, DtypeAttributeThatNamesTheWantedTypeOverOtherData) {
   EXPECT_EQ(restore_error(dir.path(), target_state()),
             from_rank(0) + "restore_checkpoint: file '" + file + "', dataset '/" + w1 +
                 "': the data are 64-bit floats, though its dtype attribute says f32; f32 wanted");
+}
+
+// A deflated chunk whose stream inflates far past the chunk (16 MiB of zeros in 16 KiB of zlib
+// data, for a chunk of 512 bytes): refused before HDF5 inflates it (io/inflate_check.h), where a
+// 2.3 MB file of such chunks took 2 GB and 27 s. An integrity failure: exit code 3 in the apps.
+TEST(CheckpointBadFiles, DeflatedChunkThatInflatesPastItsChunk) {
+  TempDir dir("deflate_bomb");
+  const std::string file = saved_then_edited(dir, [](hid_t root) {
+    H5Ldelete(root, ("/" + w1).c_str(), H5P_DEFAULT);
+    H5Handle create = dataset_creation();
+    const hsize_t chunk[2] = {8, 16};
+    check_h5(H5Pset_chunk(create.get(), 2, chunk), "H5Pset_chunk", "test");
+    check_h5(H5Pset_deflate(create.get(), 9), "H5Pset_deflate", "test");
+    add_dataset(root, "/" + w1, {8, 16}, create.get());
+    const std::vector<unsigned char> zeros(16 << 20, 0);
+    uLongf size = compressBound(zeros.size());
+    std::vector<unsigned char> stream(size);
+    ASSERT_EQ(compress2(stream.data(), &size, zeros.data(), zeros.size(), 9), Z_OK);
+    H5Handle dataset = dataset_handle(H5Dopen2(root, ("/" + w1).c_str(), H5P_DEFAULT), "H5Dopen2", "test");
+    const hsize_t origin[2] = {0, 0};
+    check_h5(H5Dwrite_chunk(dataset.get(), H5P_DEFAULT, 0, origin, size, stream.data()), "H5Dwrite_chunk", "test");
+  });
+  const std::string expected = "file '" + file + "', dataset '/" + w1 +
+                               "': chunk at (0, 0) inflates past 512 bytes, the most a chunk of this dataset holds "
+                               "(the file is corrupt)";
+  EXPECT_EQ(restore_error(dir.path(), target_state()), from_rank(0) + "restore_checkpoint: " + expected);
+  std::string report;
+  EXPECT_FALSE(verify_checkpoint(file, &report));
+  EXPECT_NE(report.find(expected), std::string::npos) << report;
 }
 
 TEST(CheckpointBadFiles, UnknownFormatVersion) {
