@@ -160,6 +160,18 @@ H5T_class_t attribute_class(hid_t attribute, std::string_view where, std::size_t
   return H5Tget_class(type.get());
 }
 
+// The memory type to read a fixed-length string attribute of `width` bytes with, in the
+// attribute's own character set: HDF5 converts none to another (an ASCII attribute, as h5py
+// writes numpy's bytes, read as UTF-8 failed with "unable to convert between src and dst
+// datatypes"), and ASCII is UTF-8's first half.
+H5Handle string_type_of(hid_t attribute, std::size_t width, std::string_view where) {
+  H5Handle type = string_type(width, where);
+  H5Handle stored = type_handle(H5Aget_type(attribute), "H5Aget_type", where);
+  const H5T_cset_t cset = H5Tget_cset(stored.get());
+  if (cset == H5T_CSET_ASCII) check_h5(H5Tset_cset(type.get(), H5T_CSET_ASCII), "H5Tset_cset", where);
+  return type;
+}
+
 // `elements` values of `width` bytes: IoError unless the attribute stores exactly that many
 // bytes in the file, so that a reader never allocates more than it reads.
 std::size_t attribute_bytes(hid_t attribute, hssize_t elements, std::size_t width, std::string_view context,
@@ -247,7 +259,7 @@ std::string read_string_attribute(hid_t object, const char* name, std::string_vi
     throw IoError(std::string(context) + ": attribute '" + name + "' is not a string");
   }
   attribute_bytes(attribute.get(), 1, size, context, name);
-  H5Handle type = string_type(size, where);
+  H5Handle type = string_type_of(attribute.get(), size, where);
   std::string buffer(size, '\0');
   check_h5(H5Aread(attribute.get(), type.get(), buffer.data()), "H5Aread", where);
   buffer.resize(std::strlen(buffer.c_str()));
@@ -290,7 +302,7 @@ std::vector<std::string> read_string_array_attribute(hid_t object, const char* n
   const hssize_t n = attribute_elements(attribute.get(), where);
   if (n == 0) return {};
   const std::size_t bytes = attribute_bytes(attribute.get(), n, width, context, name);
-  H5Handle type = string_type(width, where);
+  H5Handle type = string_type_of(attribute.get(), width, where);
   std::vector<char> buffer(bytes, '\0');
   check_h5(H5Aread(attribute.get(), type.get(), buffer.data()), "H5Aread", where);
   std::vector<std::string> values;

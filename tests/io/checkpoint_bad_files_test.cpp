@@ -188,6 +188,25 @@ TEST(CheckpointBadFiles, StepThatIsAString) {
             from_rank(0) + "restore_checkpoint: file '" + file + "': attribute 'step' is not a 64-bit integer");
 }
 
+// Fixed-length ASCII strings (h5py's for numpy bytes) read as the UTF-8 ones tessera writes:
+// HDF5 converts no character set to another, and the read failed with its conversion stack.
+TEST(CheckpointBadFiles, AsciiStringAttributesRead) {
+  TempDir dir("ascii_strings");
+  const std::string file = saved_then_edited(dir, [](hid_t root) {
+    const std::string value(format::format_name);
+    H5Adelete(root, format::attr_format);
+    H5Handle type = type_handle(H5Tcopy(H5T_C_S1), "H5Tcopy", "test");
+    check_h5(H5Tset_size(type.get(), value.size()), "H5Tset_size", "test");
+    check_h5(H5Tset_cset(type.get(), H5T_CSET_ASCII), "H5Tset_cset", "test");
+    H5Handle space = dataspace_handle(H5Screate(H5S_SCALAR), "H5Screate", "test");
+    H5Handle attribute = attribute_handle(
+        H5Acreate2(root, format::attr_format, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), "H5Acreate2", "test");
+    check_h5(H5Awrite(attribute.get(), type.get(), value.data()), "H5Awrite", "test");
+  });
+  EXPECT_EQ(read_checkpoint_info(file).format, format::format_name);
+  io_testing::expect_state_equals_reference(restore_checkpoint(file, target_state()), model_arrays(), "ascii");
+}
+
 TEST(CheckpointBadFiles, SoftLink) {
   TempDir dir("soft_link");
   const std::string file = saved_then_edited(dir, [](hid_t root) {
