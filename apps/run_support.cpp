@@ -27,6 +27,8 @@
 namespace tessera::apps {
 
 std::optional<std::string> claim_checkpoint_directory(const std::string& dir, bool resume, bool overwrite) {
+  // What would make the run's saves fail is refused now, not after the training.
+  checkpoint_dir::check_room_for_saves(dir);
   if (resume) return std::nullopt;
   auto complete = checkpoint_dir::list_complete(dir);
   if (complete.empty()) return std::nullopt;

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -54,6 +55,26 @@ std::optional<std::int64_t> parse_file_name(std::string_view name) {
     if (__builtin_mul_overflow(step, 10, &step) || __builtin_add_overflow(step, c - '0', &step)) return std::nullopt;
   }
   return step;
+}
+
+void check_room_for_saves(const std::string& dir) {
+  const std::string longest = (fs::path(dir) / (file_name(INT64_MAX) + temporary_suffix)).string();
+  if (longest.size() >= PATH_MAX) {
+    throw IoError("checkpoint directory '" + dir + "': its path of " + std::to_string(dir.size()) +
+                  " bytes leaves no room for its files' names (with '" + file_name(INT64_MAX) + temporary_suffix +
+                  "' it passes PATH_MAX, " + std::to_string(PATH_MAX) + " bytes)");
+  }
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    if (name.ends_with(temporary_suffix)) name.resize(name.size() - std::strlen(temporary_suffix));
+    if (!parse_file_name(name) && name != latest_name) continue;
+    struct stat st {};
+    if (::lstat(it->path().c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      throw IoError("checkpoint directory '" + dir + "': '" + it->path().string() +
+                    "' is a directory where a checkpoint's file goes, so a save would fail there");
+    }
+  }
 }
 
 void check_free_space(const std::string& dir, std::uint64_t bytes, std::int64_t step) {

@@ -332,15 +332,28 @@ expect ckpt_dir.overwrite_then_refused 2 '^train_mlp: --loss xent needs the embe
     [ "$(ls "$3")" = "$(printf "ckpt_00000002.h5\nlatest")" ] || { echo "directory holds: $(ls "$3" | tr "\n" " ")" >&2; exit 9; }
     exit $rc' _ "$launch" "$ranks" "$work/overwrite_refused" "$tm" "${small[@]}" --logical --rules batch=data,embed=model \
   --loss xent --steps 2 --overwrite --ckpt-dir "$work/overwrite_refused"
-# --overwrite where a directory has a checkpoint's name: nothing is removed.
+# --overwrite where a directory has a checkpoint's name: refused before the run (a save would fail
+# there after the training), nothing removed.
 cp -r "$good" "$work/overwrite_latest_dir"
 rm "$work/overwrite_latest_dir/latest" && mkdir "$work/overwrite_latest_dir/latest"
 expect ckpt_dir.overwrite_latest_is_a_directory 2 \
-  "^train_mlp: checkpoint directory '$work/overwrite_latest_dir': '$work/overwrite_latest_dir/latest' is a directory where a checkpoint's file goes; nothing was removed\$" \
+  "^train_mlp: checkpoint directory '$work/overwrite_latest_dir': '$work/overwrite_latest_dir/latest' is a directory where a checkpoint's file goes, so a save would fail there\$" \
   one bash -c 'bash "$1" "$2" "${@:4}"; rc=$?
     [ "$(ls "$3")" = "$(printf "ckpt_00000002.h5\nlatest")" ] || { echo "directory holds: $(ls "$3" | tr "\n" " ")" >&2; exit 9; }
     exit $rc' _ "$launch" "$ranks" "$work/overwrite_latest_dir" "$tm" "${small[@]}" --steps 2 --overwrite \
   --ckpt-dir "$work/overwrite_latest_dir"
+# A directory at the name of the checkpoint a save would write, and a directory path too long for
+# the files' names: refused before the run trains (found on 2026-11-28: each failed the first
+# save, after the training).
+mkdir -p "$work/step_dir/ckpt_00000002.h5"
+expect ckpt_dir.step_name_is_a_directory 2 \
+  "^train_mlp: checkpoint directory '$work/step_dir': '$work/step_dir/ckpt_00000002.h5' is a directory where a checkpoint's file goes, so a save would fail there\$" \
+  mpi "$tm" "${small[@]}" --steps 2 --ckpt-dir "$work/step_dir"
+long_dir="$work/long"
+while [ ${#long_dir} -lt 3880 ]; do long_dir="$long_dir/$(printf 'd%.0s' {1..200})"; done
+long_dir="$long_dir/$(head -c $((4085 - ${#long_dir} - 1)) /dev/zero | tr '\0' d)"  # 4085 bytes: it can be made
+expect ckpt_dir.path_too_long 2 "^train_mlp: checkpoint directory '.*': its path of [0-9]+ bytes leaves no room for its files' names" \
+  mpi "$tm" "${small[@]}" --steps 2 --ckpt-dir "$long_dir"
 # The directory is a file.
 printf 'x' >"$work/a_file"
 expect ckpt_dir.is_a_file 2 "'$work/a_file'" mpi "$tm" "${small[@]}" --steps 2 --save-every 1 --ckpt-dir "$work/a_file"
