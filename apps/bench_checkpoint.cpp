@@ -182,7 +182,7 @@ void bench_state(const Mesh& mesh, const std::string& name, int layers, std::int
       error = "cannot create '" + dir + "': " + ec.message();
     } else if (statvfs(dir.c_str(), &fs) == 0 &&
         static_cast<double>(fs.f_bavail) * fs.f_frsize < 2.5 * static_cast<double>(bytes)) {
-      error = "bench_checkpoint: not enough free space in '" + dir + "' for " + std::to_string(bytes) + " bytes twice";
+      error = "not enough free space in '" + dir + "' for " + std::to_string(bytes) + " bytes twice";
     }
   }
   agree_or_throw<IoError>(mesh.comm(), error);
@@ -317,6 +317,7 @@ int main(int argc, char** argv) {
   app.add_option("--dir", dir,
                  "directory in which the run makes a directory of its own for its files, removed afterwards "
                  "(nothing else in --dir is touched)")
+      ->check(apps::non_empty_path())
       ->capture_default_str();
   app.add_option("--repeats", repeats, "repetitions (the median is reported)")
       ->capture_default_str();

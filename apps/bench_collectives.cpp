@@ -10,12 +10,14 @@
 #include <CLI/CLI.hpp>
 
 #include "apps/cli_main.h"
+#include "apps/run_support.h"
 #include <mpi.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -82,6 +84,17 @@ struct Case {
   std::int64_t input_bytes;  // per rank
 };
 
+// The case of `op` at message size `size` on n ranks, or nothing when its input is too small to
+// split into [64][n][...] floats.
+std::optional<Case> case_of(CommOp op, std::int64_t size, int n) {
+  Case k{op, 2.0 * (n - 1) / n, size};  // all_reduce
+  if (op == CommOp::all_gather) k = {op, (n - 1.0) / n, size / n};
+  else if (op == CommOp::reduce_scatter || op == CommOp::all_to_all) k = {op, (n - 1.0) / n, size};
+  const std::int64_t elems = k.input_bytes / 4;
+  if (elems < 64 * n || elems % (64 * n) != 0) return std::nullopt;
+  return k;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -98,6 +111,7 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "untimed iterations per point")->capture_default_str();
   app.add_option("--ops", ops, "collectives to run")->capture_default_str();
   app.add_option("--layouts", layouts, "outer (dimension 0) and/or inner (dimension 1 of [64, k])")
+      ->check(CLI::IsMember({"outer", "inner"}))
       ->capture_default_str();
   app.add_option("--pack", pack, "inner blocks: datatype or memcpy")->capture_default_str();
   int world = 1;
@@ -129,14 +143,32 @@ int main(int argc, char** argv) {
     const Communicator& comm = mesh.axes_comm(axes);
     const int n = comm.size();
     const MPI_Comm c = comm.handle();
+    // Every size and collective that runs, found first: sizes that none can run are refused
+    // (before, --max 100 printed nothing and exited 0), and the largest must fit in memory.
+    std::int64_t largest = 0;
     for (std::int64_t size = min_bytes; size <= max_bytes; size *= 4) {
       for (const CommOp op : kinds) {
-        Case k{op, 0, size};
-        if (op == CommOp::all_gather) k = {op, (n - 1.0) / n, size / n};
-        else if (op == CommOp::reduce_scatter || op == CommOp::all_to_all) k = {op, (n - 1.0) / n, size};
-        else k = {op, 2.0 * (n - 1) / n, size};  // all_reduce
+        if (case_of(op, size, n)) largest = size;
+      }
+    }
+    if (largest == 0) {
+      throw UsageError("no message size from --min " + std::to_string(min_bytes) + " to --max " +
+                       std::to_string(max_bytes) + " (powers of 4 from --min) splits into 64 floats per rank on " +
+                       std::to_string(n) + " ranks for --ops");
+    }
+    // The input, tessera's result and raw MPI's, each at most the message size.
+    try {
+      apps::check_memory(3.0 * static_cast<double>(largest));
+    } catch (const UsageError& e) {
+      throw UsageError("--max " + std::to_string(max_bytes) + ": the largest message (" + std::to_string(largest) +
+                       " bytes) " + e.what());
+    }
+    for (std::int64_t size = min_bytes; size <= max_bytes; size *= 4) {
+      for (const CommOp op : kinds) {
+        const std::optional<Case> found = case_of(op, size, n);
+        if (!found) continue;
+        const Case k = *found;
         const std::int64_t elems = k.input_bytes / 4;
-        if (elems < 64 * n || elems % (64 * n) != 0) continue;  // too small to split into [64][n][...]
         for (const auto& layout : layouts) {
           const bool outer = layout == "outer";
           // Outer: [elems] split on dim 0. Inner: [64, elems / 64] split on dim 1 (64 runs per block).

@@ -784,7 +784,12 @@ Measured run_lm(const Options& o, int world_size, const BeforeState& before_stat
   const Shape tokens_shape = {o.batch, o.seq_len};
   model.validate(mesh_shape, tokens_shape);
   const nn::ParamInfos infos = nn::abstract_init(model, mesh_shape, {}, tokens_shape);
-  check_fits(local_param_count(infos, mesh_shape));
+  // The train state and, for a long sequence, the activations (train_lm's estimate): before, a
+  // --seq-len of 10^8 passed this check on its parameters alone and the step grew each rank past
+  // 8 GB.
+  apps::check_memory(std::max(kPeakBytesPerParam * local_param_count(infos, mesh_shape),
+                              apps::lm_bytes_per_rank({o.batch, o.seq_len, o.d_model, o.heads, o.d_ff, o.layers, false, false},
+                                                      infos, mesh_shape)));
 
   const double d = static_cast<double>(o.d_model), ff = static_cast<double>(o.d_ff), s = static_cast<double>(o.seq_len);
   const double tokens = static_cast<double>(o.batch) * s;
@@ -1031,9 +1036,18 @@ Floor floor_at(const FloorRates& f, const Measured& w, double bytes_per_rank, do
 int run(const Options& o, int world_rank, int world_size) {
   const bool root = world_rank == 0;
   if (o.batch < 1 || o.depth < 1 || o.layers < 1) throw UsageError("--batch, --depth and --layers must be >= 1");
+  // As train_mlp and train_lm: a model's layers are objects of their own, made before any check of
+  // memory could refuse them (10^5 layers of depth 1 ran on with no output).
+  if (o.layers > 10000) throw UsageError("--layers must be <= 10000, got " + std::to_string(o.layers));
   // The copy measurement indexes its buffer modulo its size and runs for --measure-seconds.
   if (o.copy_mib < 1 || o.copy_mib > 65536) {
     throw UsageError("--copy-mib must be between 1 and 65536, got " + std::to_string(o.copy_mib));
+  }
+  // The copy measurement's two buffers (collective: every rank checks the smallest share).
+  try {
+    apps::check_memory(2.0 * static_cast<double>(o.copy_mib) * 1048576.0);
+  } catch (const UsageError& e) {
+    throw UsageError("--copy-mib " + std::to_string(o.copy_mib) + ": the copy measurement " + e.what());
   }
   if (!(o.measure_seconds > 0 && o.measure_seconds <= 3600)) {
     char got[32];
@@ -1041,6 +1055,12 @@ int run(const Options& o, int world_rank, int world_size) {
     throw UsageError(std::string("--measure-seconds must be > 0 and <= 3600, got ") + got);
   }
   if (o.steps < 1 || o.warmup < 0) throw UsageError("--steps must be >= 1 and --warmup >= 0");
+  // Their sum counts the steps run (an int: 2^31 - 1 steps and one of warmup wrapped, no step ran,
+  // and the median of no times crashed).
+  if (o.steps > 1000000 || o.warmup > 1000000) {
+    throw UsageError("--steps and --warmup must be <= 1000000, got " + std::to_string(o.steps) + " and " +
+                     std::to_string(o.warmup));
+  }
   if (o.model != "mlp" && o.model != "lm") throw UsageError("--model must be mlp or lm, got '" + o.model + "'");
   if (o.seq_len < 1 || o.d_model < 1 || o.heads < 1 || o.d_ff < 1) {
     throw UsageError("--seq-len, --d-model, --heads and --d-ff must be >= 1");

@@ -4,6 +4,7 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -13,16 +14,21 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/dtype.h"
 #include "core/files.h"
+#include "core/spec.h"
 #include "core/text.h"
 #include "io/checkpoint.h"
 #include "io/checkpoint_dir.h"
 #include "mesh/communicator.h"
 #include "mesh/mpi_check.h"
+#include "models/transformer.h"
 
 namespace tessera::apps {
 
 std::optional<std::string> claim_checkpoint_directory(const std::string& dir, bool resume, bool overwrite) {
+  // What would make the run's saves fail is refused now, not after the training.
+  checkpoint_dir::check_room_for_saves(dir);
   if (resume) return std::nullopt;
   auto complete = checkpoint_dir::list_complete(dir);
   if (complete.empty()) return std::nullopt;
@@ -54,6 +60,29 @@ RunCheckpoints open_run_checkpoints(const Communicator& comm, const std::string&
     if (!out.resume_file) throw UsageError("--resume: no checkpoint in '" + dir + "'");
   }
   return out;
+}
+
+double lm_bytes_per_rank(const LmSizes& o, const nn::ParamInfos& infos, const MeshShape& mesh) {
+  double params = 0;
+  for (const auto& info : infos) {
+    double n = static_cast<double>(dtype_size(info.dtype));
+    for (auto d : max_local_shape(info.spec, mesh, info.shape)) n *= static_cast<double>(d);
+    params += n;
+  }
+  const auto size_of = [&](const char* axis) {
+    const auto& names = mesh.names();
+    return std::find(names.begin(), names.end(), axis) != names.end() ? static_cast<double>(mesh.axis_size(axis)) : 1.0;
+  };
+  const double data = size_of(models::kDataAxis), seq = size_of(models::kSeqAxis), model = size_of(models::kModelAxis);
+  const double rows = static_cast<double>(o.batch) / data * static_cast<double>(o.seq_len) / seq;
+  const double scores = static_cast<double>(o.batch) / data * static_cast<double>(o.heads) / model *
+                        static_cast<double>(o.seq_len) / seq * static_cast<double>(o.seq_len);
+  const double d_model = static_cast<double>(o.d_model), d_ff = static_cast<double>(o.d_ff);
+  const double per_block = 8 * rows * d_model + 8 * rows * d_model / model + 3 * rows * d_ff / model + 3 * scores;
+  const double act_bytes = o.bf16 ? 2.0 : 4.0;
+  const double layers = static_cast<double>(o.layers);
+  const double kept = o.remat ? layers * rows * d_model + per_block : layers * per_block;
+  return 4 * params + (o.bf16 ? params / 2 : 0.0) + act_bytes * kept + 4.0 * 3 * rows * 256 / model;
 }
 
 double memory_per_rank_bytes() {

@@ -33,6 +33,21 @@ struct RunCheckpoints {
 // empty `dir` gives no lock and no checkpoint.
 RunCheckpoints open_run_checkpoints(const Communicator& comm, const std::string& dir, bool resume, bool overwrite);
 
+// The transformer's sizes that its memory per rank depends on (train_lm, bench_train --model lm).
+struct LmSizes {
+  std::int64_t batch, seq_len, d_model, heads, d_ff, layers;
+  bool bf16, remat;
+};
+// Memory estimate (bytes per rank) from each rank's local shapes, in double so that absurd sizes
+// give a figure instead of an overflow: parameters, gradients and Adam's two moments (4 x the
+// local parameter bytes); per block the activations the backward pass keeps (about 8 residual-
+// width tensors, 8 of the heads' width, 3 of d_ff's and 3 attention score matrices per rank);
+// the logits (3 copies). Activations take the compute dtype's bytes (the f32 softmax aside);
+// with remat the tape keeps one residual-width tensor per block plus one block's activations
+// while it is recomputed; bf16 adds the weights' bf16 copies (half the parameter bytes). A lower
+// bound of the peak, so a refusal is certain not to fit.
+double lm_bytes_per_rank(const LmSizes& lm, const nn::ParamInfos& infos, const MeshShape& mesh);
+
 // This rank's share of the node's physical memory: the node's memory over the ranks on it. A
 // per-node fact that may differ between nodes, so the ranks agree on the smallest share
 // (collective over MPI_COMM_WORLD).

@@ -31,6 +31,11 @@ InputKind parse_input_kind(const std::string& text) {
 SyntheticData::SyntheticData(DataConfig config, const Mesh& mesh, const Rules& rules)
     : config_(config), mesh_(mesh), rules_(rules), spec_(activation_spec(mesh.shape(), rules, config.logical)) {
   validate_spec(spec_, mesh.shape(), {config.batch, config.width}, "x");
+  // xent's labels are the one-hot argmax of each row, which a rank finds locally only when the
+  // class dimension (embed) is unsplit.
+  if (config.loss == LossKind::xent && !spec_.padded(2).dims[1].empty()) {
+    throw UsageError("--loss xent needs the embed dimension unsplit, got " + spec_.to_string());
+  }
   if (config.loss == LossKind::sum) return;
   teacher_ = models::DotReluDot{config.width, initializers::xavier_normal(), config.logical};
   nn::ParamDecl decl(mesh.shape(), rules);
@@ -68,10 +73,8 @@ nn::Batch SyntheticData::batch(std::int64_t step) const {
   z.set_name("y");
   if (config_.loss == LossKind::xent) {
     // One-hot labels of the teacher's argmax. The class dimension is unsplit in spec_ (the
-    // embed dimension), so each rank holds whole rows and the argmax is local.
-    if (!spec_.padded(2).dims[1].empty()) {
-      throw UsageError("--loss xent needs the embed dimension unsplit, got " + spec_.to_string());
-    }
+    // embed dimension: checked when the data was made), so each rank holds whole rows and the
+    // argmax is local.
     Tensor& t = z.local();
     const std::int64_t rows = t.shape()[0], cols = t.shape()[1];
     float* v = t.data<float>();

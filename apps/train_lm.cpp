@@ -92,6 +92,13 @@ void validate_flags(const Options& o) {
   }
   if (o.layers > 10000) throw UsageError("--layers must be <= 10000, got " + std::to_string(o.layers));
   if (o.steps < 0) throw UsageError("--steps must be >= 0");
+  // Step s draws its batch's windows as elements s * batch + r of the RNG (train_starts), which
+  // has 2^56 of them; a run never takes a step at or past --steps, even resumed from a checkpoint
+  // of a larger step.
+  if (o.steps > (std::int64_t{1} << 56) / o.batch) {
+    throw UsageError("--steps " + std::to_string(o.steps) + " of --batch " + std::to_string(o.batch) +
+                     " draw more than 2^56 training windows, the data RNG's limit");
+  }
   apps::check_learning_rate(o.lr);
   if (o.keep < 1) throw UsageError("--keep must be >= 1");
   if (o.save_every < 0) throw UsageError("--save-every must be >= 0");
@@ -302,36 +309,6 @@ std::string printable(const std::string& bytes) {
   return out;
 }
 
-// Memory estimate (bytes per rank) from each rank's local shapes, in double so that absurd sizes
-// give a figure instead of an overflow: parameters, gradients and Adam's two moments (4 x the
-// local parameter bytes); per block the activations the backward pass keeps (about 8 residual-
-// width tensors, 8 of the heads' width, 3 of d_ff's and 3 attention score matrices per rank);
-// the logits (3 copies). Activations take the compute dtype's bytes (the f32 softmax aside);
-// with --remat the tape keeps one residual-width tensor per block plus one block's activations
-// while it is recomputed; bf16 adds the weights' bf16 copies (half the parameter bytes). A lower
-// bound of the peak, so a refusal is certain not to fit.
-double estimate_bytes_per_rank(const Options& o, const nn::ParamInfos& infos, const MeshShape& mesh) {
-  double params = 0;
-  for (const auto& info : infos) {
-    double n = static_cast<double>(dtype_size(info.dtype));
-    for (auto d : max_local_shape(info.spec, mesh, info.shape)) n *= static_cast<double>(d);
-    params += n;
-  }
-  const auto size_of = [&](const char* axis) {
-    const auto& names = mesh.names();
-    return std::find(names.begin(), names.end(), axis) != names.end() ? static_cast<double>(mesh.axis_size(axis)) : 1.0;
-  };
-  const double data = size_of(models::kDataAxis), seq = size_of(models::kSeqAxis), model = size_of(models::kModelAxis);
-  const double rows = static_cast<double>(o.batch) / data * static_cast<double>(o.seq_len) / seq;
-  const double scores = static_cast<double>(o.batch) / data * static_cast<double>(o.heads) / model *
-                        static_cast<double>(o.seq_len) / seq * static_cast<double>(o.seq_len);
-  const double per_block = 8 * rows * o.d_model + 8 * rows * o.d_model / model + 3 * rows * o.d_ff / model + 3 * scores;
-  const bool bf16 = nn::Precision::parse(o.dtype).mixed();
-  const double act_bytes = bf16 ? 2.0 : 4.0;
-  const double kept = o.remat ? o.layers * rows * o.d_model + per_block : o.layers * per_block;
-  return 4 * params + (bf16 ? params / 2 : 0.0) + act_bytes * kept + 4.0 * 3 * rows * 256 / model;
-}
-
 int run(const Options& o, int world_rank) {
   const bool root = world_rank == 0;
   validate_flags(o);
@@ -351,7 +328,8 @@ int run(const Options& o, int world_rank) {
   model.validate(mesh_shape, tokens_shape);
   Mesh mesh = Mesh::world(mesh_shape);
   const nn::ParamInfos infos = nn::abstract_init(model, mesh_shape, {}, tokens_shape);
-  apps::check_memory(estimate_bytes_per_rank(o, infos, mesh_shape));
+  apps::check_memory(apps::lm_bytes_per_rank({o.batch, o.seq_len, o.d_model, o.heads, o.d_ff, o.layers, config.bf16, o.remat},
+                                              infos, mesh_shape));
 
   const std::string source = o.data.empty() ? std::string(kDefaultCorpus) : "--data '" + o.data + "'";
   const std::string text = load_text(o, mesh.comm());
@@ -527,9 +505,11 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.seed, "seed of the parameters, the batches and the sampling")->capture_default_str();
   app.add_option("--data", o.data,
                  "text to train on, bytes as tokens; the last 5% held out (default: the regular files of "
-                 "/usr/share/common-licenses, concatenated in name order)");
+                 "/usr/share/common-licenses, concatenated in name order)")
+      ->check(apps::non_empty_path());
   app.add_option("--ckpt-dir", o.ckpt_dir,
-                 "checkpoint directory: saves at the end and every --save-every (default: none, no checkpoints)");
+                 "checkpoint directory: saves at the end and every --save-every (default: none, no checkpoints)")
+      ->check(apps::non_empty_path());
   app.add_option("--save-every", o.save_every, "save every N steps (0: only at the end)")->capture_default_str();
   app.add_option("--keep", o.keep, "checkpoints kept")->capture_default_str();
   app.add_flag("--resume", o.resume, "continue from the latest checkpoint in --ckpt-dir (on any mesh)");
@@ -537,7 +517,8 @@ int main(int argc, char** argv) {
                "delete the checkpoints already in --ckpt-dir and start over (a run without it refuses them)");
   app.add_option("--metrics", o.metrics,
                  "write one JSON object per step to FILE: step, loss, ms, tokens_per_s, lr, the time split and "
-                 "bytes by collective, heldout_loss on evaluation steps (default: none)");
+                 "bytes by collective, heldout_loss on evaluation steps (default: none)")
+      ->check(apps::non_empty_path());
   app.add_flag("--quiet", o.quiet, "no progress line per step");
   app.add_option("--eval-every", o.eval_every, "held-out loss every N steps and at the end (0: at the end only)")
       ->capture_default_str();

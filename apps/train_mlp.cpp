@@ -173,6 +173,9 @@ int run(const Options& o, int world_rank) {
   const Spec x_spec = apps::activation_spec(mesh_shape, rules, o.logical);
   validate_setup(o, infos, mesh_shape, x_spec);
   check_memory(o, infos, mesh_shape, x_spec);
+  // The data checks its spec and loss here, before the checkpoint directory is claimed: --overwrite
+  // removes the directory's checkpoints, so every refusal comes first.
+  const apps::SyntheticData data(data_config, mesh, rules);
 
   // Held until the run ends: rank 0's lock on the directory and the checkpoint to resume from.
   const apps::RunCheckpoints checkpoints = apps::open_run_checkpoints(mesh.comm(), o.ckpt_dir, o.resume, o.overwrite);
@@ -188,7 +191,6 @@ int run(const Options& o, int world_rank) {
               << apps::parameter_table(infos, mesh_shape) << '\n';
   }
 
-  const apps::SyntheticData data(data_config, mesh, rules);
   const nn::Optimizer optimizer = nn::adam(o.lr);
   nn::TrainState state = nn::create_train_state(nn::init_params(infos, mesh, o.seed), optimizer);
   if (resume_file) {
@@ -289,8 +291,13 @@ int main(int argc, char** argv) {
   app.add_option("--layers", o.layers, "number of DotReluDot layers")->capture_default_str();
   app.add_option("--depth", o.depth, "width of the layers (input, hidden and output)")->capture_default_str();
   app.add_flag("--scan", o.scan, "stacked layers with a leading layer dimension, run by a scan");
-  app.add_flag("--logical", o.logical, "logical names (batch, embed, hidden, layer) resolved by --rules");
-  app.add_option("--rules", o.rules, "logical rules, name=axis[+axis],...")->capture_default_str();
+  CLI::Option* logical =
+      app.add_flag("--logical", o.logical, "logical names (batch, embed, hidden, layer) resolved by --rules");
+  // Without --logical the specs are the tutorial's own and no rule is read: a --rules alone was
+  // ignored in silence.
+  app.add_option("--rules", o.rules, "logical rules, name=axis[+axis],... (with --logical)")
+      ->needs(logical)
+      ->capture_default_str();
   app.add_option("--steps", o.steps, "train until this step")->capture_default_str();
   app.add_option("--lr", o.lr, "Adam learning rate")->capture_default_str();
   app.add_option("--loss", o.loss, "sum (the tutorial's), mse or xent (teacher targets)")
@@ -303,13 +310,15 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--seed", o.seed, "seed of parameters, data and teacher")->capture_default_str();
   app.add_option("--microbatches", o.microbatches, "serial microbatches per step")->capture_default_str();
-  app.add_option("--ckpt-dir", o.ckpt_dir, "checkpoint directory: saves at the end and every --save-every (default: none, no checkpoints)");
+  app.add_option("--ckpt-dir", o.ckpt_dir, "checkpoint directory: saves at the end and every --save-every (default: none, no checkpoints)")
+      ->check(apps::non_empty_path());
   app.add_option("--save-every", o.save_every, "save every N steps (0: only at the end)")->capture_default_str();
   app.add_option("--keep", o.keep, "checkpoints kept")->capture_default_str();
   app.add_flag("--resume", o.resume, "continue from the latest checkpoint in --ckpt-dir");
   app.add_flag("--overwrite", o.overwrite,
                "delete the checkpoints already in --ckpt-dir and start over (a run without it refuses them)");
-  app.add_option("--metrics", o.metrics, "write one JSON object per step to FILE (default: none)");
+  app.add_option("--metrics", o.metrics, "write one JSON object per step to FILE (default: none)")
+      ->check(apps::non_empty_path());
   app.add_flag("--quiet", o.quiet, "no progress line per step");
   app.add_option("--dtype", o.dtype,
                  "compute dtype: f32, or bf16 (f32 parameters and Adam moments, bf16 activations and collectives)")

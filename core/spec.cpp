@@ -221,10 +221,15 @@ Axes unused_axes(const Spec& spec, const MeshShape& mesh) {
   return out;
 }
 
-std::int64_t block_chunk(std::int64_t n, std::int64_t s) { return s <= 1 ? n : (n + s - 1) / s; }
+// Without n + s - 1, which wraps for an n near 2^63 (a --batch of 2^63 - 1 over two ranks made a
+// negative block, and a memory estimate that passed).
+std::int64_t block_chunk(std::int64_t n, std::int64_t s) { return s <= 1 ? n : n / s + (n % s != 0 ? 1 : 0); }
 
 std::int64_t block_begin(std::int64_t n, std::int64_t s, std::int64_t i) {
-  return std::min(n, i * block_chunk(n, s));
+  std::int64_t begin = 0;
+  // i * chunk is at most n + s - 1, past int64 only where it is past n anyway.
+  if (__builtin_mul_overflow(i, block_chunk(n, s), &begin)) return n;
+  return std::min(n, begin);
 }
 
 std::int64_t block_extent(std::int64_t n, std::int64_t s, std::int64_t i) {

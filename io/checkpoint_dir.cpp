@@ -3,10 +3,13 @@
 #include "io/checkpoint_dir.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -48,9 +51,46 @@ std::optional<std::int64_t> parse_file_name(std::string_view name) {
   std::int64_t step = 0;
   for (char c : digits) {
     if (c < '0' || c > '9') return std::nullopt;
-    step = step * 10 + (c - '0');
+    // A name of more digits than a step has is not a checkpoint of this format.
+    if (__builtin_mul_overflow(step, 10, &step) || __builtin_add_overflow(step, c - '0', &step)) return std::nullopt;
   }
   return step;
+}
+
+void check_room_for_saves(const std::string& dir) {
+  const std::string longest = (fs::path(dir) / (file_name(INT64_MAX) + temporary_suffix)).string();
+  if (longest.size() >= PATH_MAX) {
+    throw IoError("checkpoint directory '" + dir + "': its path of " + std::to_string(dir.size()) +
+                  " bytes leaves no room for its files' names (with '" + file_name(INT64_MAX) + temporary_suffix +
+                  "' it passes PATH_MAX, " + std::to_string(PATH_MAX) + " bytes)");
+  }
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    if (name.ends_with(temporary_suffix)) name.resize(name.size() - std::strlen(temporary_suffix));
+    if (!parse_file_name(name) && name != latest_name) continue;
+    struct stat st {};
+    if (::lstat(it->path().c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      throw IoError("checkpoint directory '" + dir + "': '" + it->path().string() +
+                    "' is a directory where a checkpoint's file goes, so a save would fail there");
+    }
+  }
+}
+
+void check_free_space(const std::string& dir, std::uint64_t bytes, std::int64_t step) {
+  struct statvfs fs_info {};
+  // A file system that does not say (statvfs fails, or reports no blocks) is not judged.
+  if (::statvfs(dir.c_str(), &fs_info) != 0 || fs_info.f_blocks == 0) return;
+  std::uint64_t free = 0;
+  if (__builtin_mul_overflow(static_cast<std::uint64_t>(fs_info.f_bavail), static_cast<std::uint64_t>(fs_info.f_frsize),
+                             &free)) {
+    return;
+  }
+  if (free < bytes) {
+    throw IoError("checkpoint directory '" + dir + "': not enough free space for the checkpoint of step " +
+                  std::to_string(step) + ": it needs " + std::to_string(bytes) + " bytes, " + std::to_string(free) +
+                  " are free");
+  }
 }
 
 void make_directories(const std::string& dir) {
@@ -217,6 +257,15 @@ std::vector<std::string> remove_checkpoints(const std::string& dir) {
   }
   if (ec) throw IoError("checkpoint directory '" + dir + "': cannot list: " + ec.message());
   std::sort(doomed.begin(), doomed.end());
+  // All or nothing: a directory under one of these names, which unlink cannot remove, is found
+  // before any checkpoint is gone.
+  for (const auto& path : doomed) {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      throw IoError("checkpoint directory '" + dir + "': '" + path +
+                    "' is a directory where a checkpoint's file goes; nothing was removed");
+    }
+  }
   for (const auto& path : doomed) {
     // unlink, not remove_all: a symlink is removed itself, never what it points to.
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) {

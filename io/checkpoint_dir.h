@@ -29,6 +29,16 @@ void make_directories(const std::string& dir);
 // Complete checkpoints in `dir` as (step, path), oldest first. Empty when dir does not exist.
 std::vector<std::pair<std::int64_t, std::string>> list_complete(const std::string& dir);
 
+// Before a run trains (train_mlp, train_lm): throws IoError naming `dir` where a save would fail
+// at its end, after the work: a directory at a checkpoint's name (ckpt_<step>.h5, its .tmp,
+// `latest`, `latest.tmp`), or a path too long to hold the longest file name under PATH_MAX.
+void check_room_for_saves(const std::string& dir);
+
+// Throws IoError naming `dir` when its file system has fewer than `bytes` free for the checkpoint
+// of `step`. Where the file system does not say, nothing is checked. A save checks this before it
+// creates the file, so that a full disk is named as one rather than as an MPI write's I/O error.
+void check_free_space(const std::string& dir, std::uint64_t bytes, std::int64_t step);
+
 // fsync of a file's data, and of a directory's entries (so a rename is durable).
 void sync_file(const std::string& path);
 void sync_directory(const std::string& dir);

@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <filesystem>
 #include <set>
 
 #include "core/error.h"
+#include "io/checkpoint_dir.h"
 #include "io/hdf5_handle.h"
 
 namespace tessera::checkpoint_format {
@@ -59,6 +61,20 @@ hid_t file_type(DType dtype) {
       return H5T_STD_U16LE;  // the bf16 bits; the dataset's dtype attribute says "bf16"
   }
   return H5T_IEEE_F32LE;
+}
+
+std::string type_text(hid_t dataset_type) {
+  const std::string bits = std::to_string(8 * H5Tget_size(dataset_type)) + "-bit ";
+  switch (H5Tget_class(dataset_type)) {
+    case H5T_FLOAT:
+      return bits + "floats";
+    case H5T_INTEGER:
+      return bits + (H5Tget_sign(dataset_type) == H5T_SGN_NONE ? "unsigned integers" : "signed integers");
+    case H5T_STRING:
+      return "strings";
+    default:
+      return "values of a type that is neither a number nor a string";
+  }
 }
 
 bool type_matches(hid_t dataset_type, DType dtype) {
@@ -142,6 +158,18 @@ H5T_class_t attribute_class(hid_t attribute, std::string_view where, std::size_t
   // A variable-length string has the size of a pointer; it is not one of ours.
   if (H5Tget_class(type.get()) == H5T_STRING && H5Tis_variable_str(type.get()) != 0) return H5T_NO_CLASS;
   return H5Tget_class(type.get());
+}
+
+// The memory type to read a fixed-length string attribute of `width` bytes with, in the
+// attribute's own character set: HDF5 converts none to another (an ASCII attribute, as h5py
+// writes numpy's bytes, read as UTF-8 failed with "unable to convert between src and dst
+// datatypes"), and ASCII is UTF-8's first half.
+H5Handle string_type_of(hid_t attribute, std::size_t width, std::string_view where) {
+  H5Handle type = string_type(width, where);
+  H5Handle stored = type_handle(H5Aget_type(attribute), "H5Aget_type", where);
+  const H5T_cset_t cset = H5Tget_cset(stored.get());
+  if (cset == H5T_CSET_ASCII) check_h5(H5Tset_cset(type.get(), H5T_CSET_ASCII), "H5Tset_cset", where);
+  return type;
 }
 
 // `elements` values of `width` bytes: IoError unless the attribute stores exactly that many
@@ -231,7 +259,7 @@ std::string read_string_attribute(hid_t object, const char* name, std::string_vi
     throw IoError(std::string(context) + ": attribute '" + name + "' is not a string");
   }
   attribute_bytes(attribute.get(), 1, size, context, name);
-  H5Handle type = string_type(size, where);
+  H5Handle type = string_type_of(attribute.get(), size, where);
   std::string buffer(size, '\0');
   check_h5(H5Aread(attribute.get(), type.get(), buffer.data()), "H5Aread", where);
   buffer.resize(std::strlen(buffer.c_str()));
@@ -274,7 +302,7 @@ std::vector<std::string> read_string_array_attribute(hid_t object, const char* n
   const hssize_t n = attribute_elements(attribute.get(), where);
   if (n == 0) return {};
   const std::size_t bytes = attribute_bytes(attribute.get(), n, width, context, name);
-  H5Handle type = string_type(width, where);
+  H5Handle type = string_type_of(attribute.get(), width, where);
   std::vector<char> buffer(bytes, '\0');
   check_h5(H5Aread(attribute.get(), type.get(), buffer.data()), "H5Aread", where);
   std::vector<std::string> values;
@@ -360,11 +388,17 @@ Shape dataset_shape(hid_t dataset, std::string_view context) {
   return Shape(dims.begin(), dims.end());
 }
 
-std::int64_t read_step(hid_t file, std::string_view context) {
+std::int64_t read_step(hid_t file, const std::string& path, std::string_view context) {
   const std::int64_t step = read_int64_attribute(file, attr_step, context);
   if (step < 0) {
     throw IoError(std::string(context) + ": attribute '" + attr_step + "' is " + std::to_string(step) +
                   "; a step is >= 0");
+  }
+  const std::string name = std::filesystem::path(path).filename().string();
+  if (const auto named = checkpoint_dir::parse_file_name(name); named && *named != step) {
+    throw IoError(std::string(context) + ": attribute '" + attr_step + "' is " + std::to_string(step) +
+                  " but the file's name is that of step " + std::to_string(*named) +
+                  " (renamed, or copied in from another run?)");
   }
   return step;
 }
@@ -385,6 +419,23 @@ void validate_mesh_axes(const std::vector<std::string>& names, const std::vector
                     "' size " + std::to_string(sizes[i]) + "; a mesh axis size is 1.." + std::to_string(INT_MAX));
     }
   }
+}
+
+std::vector<hsize_t> direct_chunk_shape(hid_t dataset, std::string_view context) {
+  H5Handle create = plist_handle(H5Dget_create_plist(dataset), "H5Dget_create_plist", context);
+  if (H5Pget_layout(create.get()) != H5D_CHUNKED || H5Pget_nfilters(create.get()) != 1) return {};
+  unsigned flags = 0, config = 0;
+  std::size_t values = 0;
+  if (H5Pget_filter2(create.get(), 0, &flags, &values, nullptr, 0, nullptr, &config) != H5Z_FILTER_FLETCHER32) {
+    return {};
+  }
+  H5Handle type = type_handle(H5Dget_type(dataset), "H5Dget_type", context);
+  if (H5Tget_order(type.get()) != H5T_ORDER_LE) return {};
+  const int rank = H5Pget_chunk(create.get(), 0, nullptr);
+  check_h5(rank, "H5Pget_chunk", context);
+  std::vector<hsize_t> chunk(static_cast<std::size_t>(rank));
+  check_h5(H5Pget_chunk(create.get(), rank, chunk.data()), "H5Pget_chunk", context);
+  return chunk;
 }
 
 std::vector<hsize_t> validated_storage(hid_t dataset, const Shape& shape, DType dtype, std::uint64_t file_bytes,

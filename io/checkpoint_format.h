@@ -70,6 +70,8 @@ hid_t memory_type(DType dtype);
 hid_t file_type(DType dtype);
 // True when the dataset's HDF5 type is the file type of `dtype` (class, size, sign). For bf16 the
 // reader also checks the dtype attribute (a plain uint16 dataset is not bf16).
+// The stored type in words, for messages: "64-bit floats", "16-bit unsigned integers", "strings".
+std::string type_text(hid_t dataset_type);
 bool type_matches(hid_t dataset_type, DType dtype);
 
 // HDF5 stores a filtered chunk's size in 32 bits; Fletcher32 adds 4 bytes to each chunk.
@@ -102,11 +104,19 @@ std::vector<std::int64_t> read_int64_array_attribute(hid_t object, const char* n
 // The global shape of a dataset (IoError for a null dataspace or a dimension past int64).
 Shape dataset_shape(hid_t dataset, std::string_view context);
 
+// The chunk shape of a dataset stored as tessera saves it (chunked, Fletcher32 its only filter,
+// little-endian), whose chunks a reader takes directly and checks against the file's digest
+// (version 2); empty for any other dataset (another writer's: contiguous, compressed, big-endian).
+std::vector<hsize_t> direct_chunk_shape(hid_t dataset, std::string_view context);
+
 // Checks of what a reader takes from a file before it uses it (the file may be corrupt or
 // hostile). Each throws IoError("<context>: ...") naming the attribute or dataset.
 //
-// The root's step attribute, which must be >= 0.
-std::int64_t read_step(hid_t file, std::string_view context);
+// The root's step attribute, which must be >= 0 and, where the file at `path` has a checkpoint's
+// name (ckpt_<step>.h5), that name's step: a directory orders its checkpoints by their names, so
+// a file renamed or copied in under another step would be resumed from as the newest and its
+// save would prune the checkpoints of the steps between.
+std::int64_t read_step(hid_t file, const std::string& path, std::string_view context);
 // The mesh attributes: as many sizes as names, every size in 1..INT_MAX, names non-empty.
 void validate_mesh_axes(const std::vector<std::string>& names, const std::vector<std::int64_t>& sizes,
                         std::string_view context);

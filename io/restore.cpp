@@ -49,6 +49,7 @@
 #include "core/checked.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "io/inflate_check.h"
 #include "io/checkpoint.h"
 #include "io/checkpoint_format.h"
 #include "io/chunk_address.h"
@@ -81,7 +82,7 @@ void check_readable(const std::string& file) {
 std::int64_t read_root(hid_t file, const std::string& path, CheckpointState& out) {
   const std::string context = "restore_checkpoint: " + format::file_context(path);
   const std::int64_t version = format::read_format_and_version(file, context).second;
-  out.step = format::read_step(file, context);
+  out.step = format::read_step(file, path, context);
   out.seed = format::read_uint64_attribute(file, format::attr_seed, context);
   out.config = format::read_string_attribute(file, format::attr_config, context);
   return version;
@@ -116,8 +117,13 @@ H5Handle open_validated(hid_t file, const std::string& path, const CheckpointArr
     std::string saved = format::has_attribute(dataset.get(), format::attr_dtype, context)
                             ? format::read_string_attribute(dataset.get(), format::attr_dtype, context)
                             : std::string("another type");
-    throw IoError(context + ": dtype is " + saved + " in the file, " + std::string(dtype_name(want.dtype())) +
-                  " wanted");
+    const std::string wanted(dtype_name(want.dtype()));
+    // An attribute that names the wanted dtype over data of another type: the data's type is told.
+    if (saved == wanted) {
+      throw IoError(context + ": the data are " + format::type_text(type.get()) + ", though its dtype attribute says " +
+                    saved + "; " + wanted + " wanted");
+    }
+    throw IoError(context + ": dtype is " + saved + " in the file, " + wanted + " wanted");
   }
   if (want.dtype() == DType::bf16) {
     // bf16 is stored as uint16: only the dtype attribute tells its bits from integers.
@@ -136,25 +142,8 @@ H5Handle open_validated(hid_t file, const std::string& path, const CheckpointArr
   const std::uint64_t file_bytes = std::filesystem::file_size(path, ec);
   if (ec) throw IoError(context + ": cannot take the file's size: " + ec.message());
   format::validated_storage(dataset.get(), shape, want.dtype(), file_bytes, context);
+  checkpoint_io::check_deflated_chunks(dataset.get(), file_bytes, context);
   return dataset;
-}
-
-// The chunk shape of a dataset that can be read directly (see the top of the file), or empty.
-std::vector<hsize_t> direct_chunk_shape(hid_t dataset, const std::string& context) {
-  H5Handle create = plist_handle(H5Dget_create_plist(dataset), "H5Dget_create_plist", context);
-  if (H5Pget_layout(create.get()) != H5D_CHUNKED || H5Pget_nfilters(create.get()) != 1) return {};
-  unsigned flags = 0, config = 0;
-  std::size_t values = 0;
-  if (H5Pget_filter2(create.get(), 0, &flags, &values, nullptr, 0, nullptr, &config) != H5Z_FILTER_FLETCHER32) {
-    return {};
-  }
-  H5Handle type = type_handle(H5Dget_type(dataset), "H5Dget_type", context);
-  if (H5Tget_order(type.get()) != H5T_ORDER_LE) return {};
-  const int rank = H5Pget_chunk(create.get(), 0, nullptr);
-  check_h5(rank, "H5Pget_chunk", context);
-  std::vector<hsize_t> chunk(static_cast<std::size_t>(rank));
-  check_h5(H5Pget_chunk(create.get(), rank, chunk.data()), "H5Pget_chunk", context);
-  return chunk;
 }
 
 // What rank 0 found of one wanted array, broadcast to every rank (see the top of the file).
@@ -300,7 +289,7 @@ ArrayPlan plan_array(hid_t file, const std::string& path, const CheckpointArray&
   plan.shape = want.global_shape();
   plan.dtype = want.dtype();
   const std::vector<hsize_t> chunk =
-      plan.shape.empty() || numel(plan.shape) == 0 ? std::vector<hsize_t>{} : direct_chunk_shape(dataset.get(), context);
+      plan.shape.empty() || numel(plan.shape) == 0 ? std::vector<hsize_t>{} : format::direct_chunk_shape(dataset.get(), context);
   if (!chunk.empty()) {
     plan.kind = ArrayPlan::Kind::chunks;
     plan.chunk.assign(chunk.begin(), chunk.end());

@@ -219,6 +219,28 @@ int writer_of_chunk(const ShardedTensor& value, const MeshShape& mesh, const std
   return mesh.rank_of(coords);
 }
 
+// The skeleton's metadata (object headers, chunk indexes: measured about 3 KiB per dataset with up
+// to 64 chunks, about 41 bytes per further chunk) is carved from one block at the start of the
+// file, so that a restore's planning reads it in one sweep rather than a seek per dataset to the
+// index before its chunks (cold-cache planning of 24 arrays: 9-12 -> 3-6 ms). This is its size.
+std::uint64_t metadata_bytes(const CheckpointState& state, std::size_t total_chunks) {
+  return std::clamp<std::uint64_t>(
+      (std::uint64_t{4096} * (state.arrays.size() + 1) + std::uint64_t{64} * total_chunks + 4095) / 4096 * 4096,
+      std::uint64_t{4096}, std::uint64_t{8} << 20);
+}
+
+// The bytes the file will take: the metadata block and every chunk with its checksum (the
+// attributes of the chunk digests, written last, can add to that a few bytes a chunk).
+std::uint64_t file_bytes(const CheckpointState& state, const std::vector<Chunking>& chunkings,
+                         std::size_t total_chunks) {
+  std::uint64_t bytes = metadata_bytes(state, total_chunks);
+  for (const Chunking& chunking : chunkings) {
+    bytes = checked_add(bytes, checked_mul<std::uint64_t>(chunking.count, chunking.chunk_bytes + 4, "checkpoint size"),
+                        "checkpoint size");
+  }
+  return bytes;
+}
+
 // Rank 0: the whole file but the chunks' bytes. Returns the address of every chunk.
 std::vector<std::uint64_t> write_skeleton(const CheckpointState& state, const std::vector<Chunking>& chunkings,
                                         std::size_t total_chunks, const MeshShape& mesh_shape,
@@ -228,14 +250,8 @@ std::vector<std::uint64_t> write_skeleton(const CheckpointState& state, const st
   // Created new, never through a symlink planted at the temporary name (the skeleton driver
   // opens with O_NOFOLLOW too, so one planted after this is refused).
   ::close(checkpoint_dir::create_exclusive(temporary));
-  // The skeleton's metadata (object headers, chunk indexes: measured about 3 KiB per dataset
-  // with up to 64 chunks, about 41 bytes per further chunk) is carved from one block at the
-  // start of the file, so that a restore's planning reads it in one sweep rather than a seek per
-  // dataset to the index before its chunks (cold-cache planning of 24 arrays: 9-12 -> 3-6 ms).
-  const std::uint64_t metadata_bytes = std::clamp<std::uint64_t>(
-      (std::uint64_t{4096} * (state.arrays.size() + 1) + std::uint64_t{64} * total_chunks + 4095) / 4096 * 4096,
-      std::uint64_t{4096}, std::uint64_t{8} << 20);
-  H5Handle access = checkpoint_io::skeleton_file_access(context, metadata_bytes);
+  const checkpoint_io::DeferWriteFailures failures;
+  H5Handle access = checkpoint_io::skeleton_file_access(context, metadata_bytes(state, total_chunks));
   H5Handle file = file_handle(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()), "H5Fcreate",
                               context);
   write_root_attributes(file.get(), state, mesh_shape, temporary);
@@ -277,6 +293,7 @@ std::vector<std::uint64_t> write_skeleton(const CheckpointState& state, const st
     datasets[i].close(format::dataset_context(temporary, state.arrays[i].path));
   }
   file.close(context);
+  failures.check(context);
   return addresses;
 }
 
@@ -442,9 +459,10 @@ void write_pieces(const std::vector<FileSpan>& pieces, const Communicator& comm,
 void write_chunk_digests(const CheckpointState& state, const std::vector<Chunking>& chunkings,
                          const std::vector<std::uint32_t>& digest, const std::string& temporary) {
   const std::string context = format::file_context(temporary);
-  H5Handle access = plist_handle(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate", context);
-  // Version 1.8 object headers: an attribute over 64 KiB (8192 chunks) goes to dense storage.
-  check_h5(H5Pset_libver_bounds(access.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST), "H5Pset_libver_bounds", context);
+  // Through the skeleton driver, whose failed writes wait for the close (DeferWriteFailures), with
+  // version 1.8 object headers: an attribute over 64 KiB (8192 chunks) goes to dense storage.
+  const checkpoint_io::DeferWriteFailures failures;
+  H5Handle access = checkpoint_io::skeleton_file_access(context);
   H5Handle file = file_handle(H5Fopen(temporary.c_str(), H5F_ACC_RDWR, access.get()), "H5Fopen", context);
   for (std::size_t a = 0; a < state.arrays.size(); ++a) {
     const Chunking& chunking = chunkings[a];
@@ -458,6 +476,7 @@ void write_chunk_digests(const CheckpointState& state, const std::vector<Chunkin
     dataset.close(where);
   }
   file.close(context);
+  failures.check(context);
 }
 
 }  // namespace
@@ -483,6 +502,16 @@ std::string save_checkpoint(const CheckpointState& state, const std::string& dir
   // Rank 0 holds the directory's lock for the whole save unless this process holds it already
   // (train_mlp takes it for the whole run).
   std::unique_ptr<DirectoryLock> lock;
+  // A save that fails after rank 0 made its temporary file under the lock leaves nothing behind:
+  // rank 0 removes the file as the error leaves (after every rank closed it, still under the lock).
+  struct RemoveUncommitted {
+    const std::string& path;
+    bool made = false;
+    bool committed = false;
+    ~RemoveUncommitted() {
+      if (made && !committed) ::unlink(path.c_str());
+    }
+  } uncommitted{temporary};
   std::vector<OwnedChunk> chunks;
   std::optional<std::string> checksum_error;
   const auto checksum = [&] { checksum_error = capture_error([&] { chunks = owned_chunks(state, chunkings); }); };
@@ -499,6 +528,11 @@ std::string save_checkpoint(const CheckpointState& state, const std::string& dir
       checkpoint_dir::wait_for_removals();
       checkpoint_dir::make_directories(dir);
       if (!DirectoryLock::held_here(dir)) lock = DirectoryLock::acquire(dir);
+      // Under the lock, a temporary file is the leftover of a save that was killed or failed:
+      // removed before the check, so that it does not hold the space this save needs.
+      checkpoint_dir::remove_files(checkpoint_dir::prunable(dir, 0));
+      checkpoint_dir::check_free_space(dir, file_bytes(state, chunkings, total_chunks), state.step);
+      uncommitted.made = true;
       addresses = write_skeleton(state, chunkings, total_chunks, mesh_shape, temporary);
     });
     if (checksums) {
@@ -530,6 +564,7 @@ std::string save_checkpoint(const CheckpointState& state, const std::string& dir
     error = capture_error([&] {
       write_chunk_digests(state, chunkings, digest, temporary);
       checkpoint_dir::commit(temporary, final_path);
+      uncommitted.committed = true;
       if (options.prune_in_background) {
         checkpoint_dir::remove_in_background(checkpoint_dir::prunable(dir, options.keep, final_path),
                                              std::shared_ptr<DirectoryLock>(std::move(lock)));

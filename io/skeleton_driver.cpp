@@ -34,12 +34,26 @@ constexpr haddr_t max_address = (haddr_t{1} << (8 * sizeof(off_t) - 1)) - 1;
 
 int drop_depth = 0;
 unsigned long long dropped_total = 0;
+int defer_depth = 0;
+std::string deferred_failure;  // the first failure recorded while a DeferWriteFailures is alive
+
+// A failure of `function`: recorded while failures are deferred (0), else pushed (-1).
+herr_t fail(const char* function, H5E_minor_t minor, const std::string& message);
 
 SkeletonFile* as_file(H5FD_t* file) { return reinterpret_cast<SkeletonFile*>(file); }
 const SkeletonFile* as_file(const H5FD_t* file) { return reinterpret_cast<const SkeletonFile*>(file); }
 
 void push_error(const char* function, H5E_minor_t minor, const std::string& message) {
   H5Epush2(H5E_DEFAULT, __FILE__, function, __LINE__, H5E_ERR_CLS, H5E_VFL, minor, "%s", message.c_str());
+}
+
+herr_t fail(const char* function, H5E_minor_t minor, const std::string& message) {
+  if (defer_depth > 0) {
+    if (deferred_failure.empty()) deferred_failure = message;
+    return 0;
+  }
+  push_error(function, minor, message);
+  return -1;
 }
 
 H5FD_t* skeleton_open(const char* name, unsigned flags, hid_t, haddr_t maxaddr) {
@@ -74,10 +88,7 @@ herr_t skeleton_close(H5FD_t* file) {
   SkeletonFile* f = as_file(file);
   const int status = ::close(f->fd);
   delete f;
-  if (status != 0) {
-    push_error("skeleton_close", H5E_CANTCLOSEFILE, std::string("close failed: ") + std::strerror(errno));
-    return -1;
-  }
+  if (status != 0) return fail("skeleton_close", H5E_CANTCLOSEFILE, std::string("close failed: ") + std::strerror(errno));
   return 0;
 }
 
@@ -147,13 +158,14 @@ herr_t skeleton_write(H5FD_t* file, H5FD_mem_t type, hid_t, haddr_t address, siz
     dropped_total += size;
     return 0;
   }
+  if (defer_depth > 0 && !deferred_failure.empty()) return 0;  // the file is lost already
   const auto* in = static_cast<const char*>(buffer);
   while (size > 0) {
     const ssize_t n = ::pwrite(f->fd, in, size, static_cast<off_t>(address));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      push_error("skeleton_write", H5E_WRITEERROR, std::string("pwrite failed: ") + std::strerror(errno));
-      return -1;
+      return fail("skeleton_write", H5E_WRITEERROR,
+                  std::string("pwrite failed: ") + (n == 0 ? "no bytes written" : std::strerror(errno)));
     }
     in += n;
     address += static_cast<haddr_t>(n);
@@ -168,9 +180,9 @@ herr_t skeleton_write(H5FD_t* file, H5FD_mem_t type, hid_t, haddr_t address, siz
 herr_t skeleton_truncate(H5FD_t* file, hid_t, hbool_t) {
   SkeletonFile* f = as_file(file);
   if (f->eoa == f->eof) return 0;
+  if (defer_depth > 0 && !deferred_failure.empty()) return 0;
   if (::ftruncate(f->fd, static_cast<off_t>(f->eoa)) != 0) {
-    push_error("skeleton_truncate", H5E_SEEKERROR, std::string("ftruncate failed: ") + std::strerror(errno));
-    return -1;
+    return fail("skeleton_truncate", H5E_SEEKERROR, std::string("ftruncate failed: ") + std::strerror(errno));
   }
   f->eof = f->eoa;
   return 0;
@@ -237,6 +249,14 @@ void allocate_chunk(hid_t dataset, const std::vector<hsize_t>& offset, std::uint
     throw IoError(where + ": internal error: allocating a chunk of " + std::to_string(stored_bytes) +
                   " bytes dropped " + std::to_string(dropped) + " bytes of raw writes (the skeleton driver is not in use?)");
   }
+}
+
+DeferWriteFailures::DeferWriteFailures() {
+  if (defer_depth++ == 0) deferred_failure.clear();
+}
+DeferWriteFailures::~DeferWriteFailures() { --defer_depth; }
+void DeferWriteFailures::check(std::string_view context) const {
+  if (!deferred_failure.empty()) throw IoError(std::string(context) + ": " + deferred_failure);
 }
 
 DropRawWrites::DropRawWrites() : start_(dropped_total) { ++drop_depth; }

@@ -43,6 +43,22 @@ class DropRawWrites {
   unsigned long long start_;
 };
 
+// While one is alive, a failed write, truncate or close through the skeleton driver is not
+// returned to HDF5: the first is recorded, the file's later writes are skipped, and check()
+// throws it once the file is closed. HDF5 1.10 does not survive a close that fails: once the flush
+// inside H5Fclose fails, the file's identifier stays, half destroyed, and the library's shutdown
+// at MPI_Finalize crashes on it (SIGSEGV in H5F__close_cb, with a disk that fills or a file-size
+// limit: checkpoint_bad_files_test). Declared before the file's handle, so that it outlives it.
+class DeferWriteFailures {
+ public:
+  DeferWriteFailures();
+  ~DeferWriteFailures();
+  DeferWriteFailures(const DeferWriteFailures&) = delete;
+  DeferWriteFailures& operator=(const DeferWriteFailures&) = delete;
+  // Throws IoError("<context>: <the first failure>") when one was recorded.
+  void check(std::string_view context) const;
+};
+
 // Allocates the chunk of `dataset` at `offset` (element coordinates) with `stored_bytes` of file
 // space (its bytes and their Fletcher32), writing nothing: a direct chunk write (H5Dwrite_chunk,
 // filter mask 0) whose raw write the driver drops. The dataset is chunked with ALLOC_TIME_INCR:

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 #include "collectives/collectives.h"
@@ -103,7 +104,16 @@ OptState Optimizer::init(const ParamTree& params) const {
   return s;
 }
 
-void Optimizer::begin_step(OptState& state) const { state.count += 1; }
+void Optimizer::begin_step(OptState& state) const {
+  // An int32 as optax's: the largest count takes no further step (a restored count of 2^31 - 1
+  // wrapped to -2^31, and the run saved a checkpoint its restore then refused). The same on every
+  // rank, so every rank throws here.
+  if (state.count == std::numeric_limits<std::int32_t>::max()) {
+    throw UsageError("the optimizer's step count is " + std::to_string(state.count) +
+                     ", the largest its int32 holds: no further step can be taken");
+  }
+  state.count += 1;
+}
 
 template <class T>
 AdamConstants<T> Optimizer::adam_constants(const OptState& state) const {

@@ -7,7 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libopenmpi-dev openmpi-bin
   libeigen3-dev
-  libhdf5-openmpi-dev hdf5-tools
+  libhdf5-openmpi-dev hdf5-tools zlib1g-dev
   googletest libgtest-dev libgmock-dev
   libcli11-dev
   python3-matplotlib

@@ -114,6 +114,10 @@ expect train_mlp.loss_unknown 2 '--loss: foo not in \{sum,mse,xent\}' mpi "$tm" 
 expect train_mlp.input_unknown 2 '--input: zeros not in \{ones,random\}' mpi "$tm" "${small[@]}" --input zeros
 expect train_mlp.dtype_unknown 2 '--dtype: fp16 not in \{f32,bf16\}' mpi "$tm" "${small[@]}" --dtype fp16
 expect train_mlp.lr_not_a_number 2 'Could not convert: --lr = abc' mpi "$tm" "${small[@]}" --lr abc
+# An empty number is refused (CLI11 read it as 0: --steps '' trained no step, --temperature ''
+# sampled greedily).
+expect train_mlp.steps_empty 2 '^--steps: an empty value is not a number$' mpi "$tm" "${small[@]}" --steps ''
+expect train_lm.temperature_empty 2 '^--temperature: an empty value is not a number$' mpi "$apps/train_lm" --temperature ''
 expect train_mlp.examples_negative 2 '^train_mlp: --examples must be >= 0, got -1$' mpi "$tm" "${small[@]}" --examples -1
 expect train_mlp.microbatches_do_not_divide 2 "train_mlp: --microbatches 3 does not divide each rank's batch block of 8 rows" \
   mpi "$tm" "${small[@]}" --microbatches 3
@@ -165,6 +169,12 @@ expect mesh.size_zero 2 "mesh 'data=0,model=1': axis 'data' has size 0" mpi "$tm
 expect mesh.axis_twice 2 "mesh 'data=1,data=1': axis name 'data' appears twice" mpi "$tm" --mesh data=1,data=1
 expect mesh.size_not_a_number 2 "mesh 'data=two,model=1'" mpi "$tm" --mesh data=two,model=1
 expect mesh.empty 2 "mesh ''" mpi "$tm" --mesh ''
+# --rules alone was ignored in silence: the specs are the tutorial's own without --logical.
+expect rules.without_logical 2 '^--rules requires --logical$' mpi "$tm" "${small[@]}" --rules batch=model
+# An empty path (an unset shell variable) meant the flag's default in silence: no checkpoint saved,
+# the default corpus trained on.
+expect train_mlp.ckpt_dir_empty 2 '^--ckpt-dir: an empty value names no path$' mpi "$tm" "${small[@]}" --ckpt-dir ''
+expect train_lm.data_empty 2 '^--data: an empty value names no path$' mpi "$apps/train_lm" --data ''
 expect rules.unknown_axis 2 "mesh axis 'tensor' is not in the mesh" mpi "$tm" "${small[@]}" --logical --rules batch=data,hidden=tensor
 expect rules.no_equals 2 "rules \"batch\": expected '=' after 'batch' \\(column 6\\)" mpi "$tm" "${small[@]}" --logical --rules batch
 expect rules.axis_twice_in_a_rule 2 "mesh axis 'data' appears twice in the rule for 'batch' \\(column 12\\)" mpi "$tm" "${small[@]}" --logical --rules batch=data+data
@@ -218,6 +228,25 @@ if [ "$ranks" -lt 4 ]; then
 fi
 expect bench_train.does_not_fit 2 '^bench_train: needs [0-9]+\.[0-9] GiB per rank, this machine has [0-9]+\.[0-9] GiB$' \
   mpi "$apps/bench_train" --strategy dp --depth 1000000 --layers 100
+# Found on 2026-11-28: --steps 2^31 - 1 with a warmup step wrapped their int sum and the median
+# of no steps crashed (SIGSEGV); 10^5 layers ran on with no output; a --seq-len of 10^8 passed the
+# memory check on its parameters alone; --copy-mib 65536 ended in std::bad_alloc.
+expect bench_train.steps_too_many 2 '^bench_train: --steps and --warmup must be <= 1000000, got 2147483647 and 1$' \
+  mpi "$apps/bench_train" --steps 2147483647 --warmup 1
+expect bench_train.layers_too_many 2 '^bench_train: --layers must be <= 10000, got 100000$' \
+  mpi "$apps/bench_train" --depth 1 --layers 100000
+expect bench_train.lm_activations_do_not_fit 2 '^bench_train: needs [0-9]+\.[0-9] GiB per rank, this machine has [0-9]+\.[0-9] GiB$' \
+  mpi "$apps/bench_train" --model lm --d-model 32 --heads 2 --d-ff 64 --layers 1 --seq-len 100000000 --batch 2
+expect bench_train.copy_mib_does_not_fit 2 \
+  '^bench_train: --copy-mib 65536: the copy measurement needs 128\.0 GiB per rank, this machine has [0-9]+\.[0-9] GiB$' \
+  mpi "$apps/bench_train" --copy-mib 65536
+# --layouts took any word (and measured the inner layout under it); sizes too small for every
+# collective printed nothing and exited 0.
+expect bench_collectives.layouts_unknown 2 '^--layouts: foo not in \{outer,inner\}$' \
+  mpi "$apps/bench_collectives" --layouts foo
+expect bench_collectives.no_size_runs 2 \
+  "^bench_collectives: no message size from --min 1 to --max 100 \\(powers of 4 from --min\\) splits into 64 floats per rank on $ranks ranks for --ops\$" \
+  mpi "$apps/bench_collectives" --min 1 --max 100
 # scripts/scaling.sh refuses a bad command line before it runs anything.
 expect scaling.unknown_argument 2 "^scaling.sh: unknown argument '--bogus'" one bash "$here/../../scripts/scaling.sh" --bogus
 expect scaling.ranks_not_a_count 2 "^scaling.sh: --ranks takes positive integers, got 'x'$" \
@@ -274,11 +303,57 @@ expect resume.empty_dir 2 "train_mlp: --resume: no checkpoint in '$work/empty_di
 cp -r "$good" "$work/other_model"
 expect resume.other_model 2 "global shape is \\[16, 16\\] in the file, \\[32, 32\\] wanted" \
   mpi "$tm" --mesh "$mesh" --depth 32 --layers 1 --batch 8 --quiet --steps 4 --resume --ckpt-dir "$work/other_model"
+# A checkpoint renamed to a later step's name: the directory orders checkpoints by name, so it
+# would be resumed from as the newest, and the resumed run's saves (--keep 2) would prune the
+# checkpoints of the steps between. Refused; the directory is left as it was (the check after the
+# run). ckpt_tool verify names the same disagreement.
+mkdir -p "$work/renamed"
+cp "$good_file" "$work/renamed/ckpt_00000009.h5"
+cp "$good_file" "$work/renamed/$(basename "$good_file")"
+expect resume.renamed_checkpoint 2 \
+  "^train_mlp: (rank 0: )?restore_checkpoint: file '$work/renamed/ckpt_00000009.h5': attribute 'step' is 2 but the file's name is that of step 9 \\(renamed, or copied in from another run\\?\\)\$" \
+  one bash -c 'bash "$1" "$2" "${@:4}"; rc=$?
+    [ "$(ls "$3")" = "$(printf "ckpt_00000002.h5\nckpt_00000009.h5")" ] || { echo "directory holds: $(ls "$3" | tr "\n" " ")" >&2; exit 9; }
+    exit $rc' _ "$launch" "$ranks" "$work/renamed" "$tm" "${small[@]}" --steps 5 --save-every 1 --keep 2 --resume \
+  --ckpt-dir "$work/renamed"
+expect ckpt_tool.verify_renamed 2 \
+  "^ckpt_tool: file '$work/renamed/ckpt_00000009.h5': attribute 'step' is 2 but the file's name is that of step 9" \
+  one "$ck" verify "$work/renamed/ckpt_00000009.h5"
 
 # A fresh run into another run's directory: refused, nothing deleted.
 cp -r "$good" "$work/taken"
 expect ckpt_dir.fresh_run_into_other_run 2 "^train_mlp: --ckpt-dir '$work/taken' already holds checkpoints up to step 2 \\(ckpt_00000002.h5\\): --resume continues that run, --overwrite deletes them and starts over$" \
   mpi "$tm" "${small[@]}" --steps 4 --save-every 1 --keep 2 --ckpt-dir "$work/taken"
+# --overwrite with a flag the run refuses: refused before the directory's checkpoints are removed
+# (before, the loss's check ran after --overwrite had removed them; the check after the run).
+cp -r "$good" "$work/overwrite_refused"
+expect ckpt_dir.overwrite_then_refused 2 '^train_mlp: --loss xent needs the embed dimension unsplit, got P\(data, model\)$' \
+  one bash -c 'bash "$1" "$2" "${@:4}"; rc=$?
+    [ "$(ls "$3")" = "$(printf "ckpt_00000002.h5\nlatest")" ] || { echo "directory holds: $(ls "$3" | tr "\n" " ")" >&2; exit 9; }
+    exit $rc' _ "$launch" "$ranks" "$work/overwrite_refused" "$tm" "${small[@]}" --logical --rules batch=data,embed=model \
+  --loss xent --steps 2 --overwrite --ckpt-dir "$work/overwrite_refused"
+# --overwrite where a directory has a checkpoint's name: refused before the run (a save would fail
+# there after the training), nothing removed.
+cp -r "$good" "$work/overwrite_latest_dir"
+rm "$work/overwrite_latest_dir/latest" && mkdir "$work/overwrite_latest_dir/latest"
+expect ckpt_dir.overwrite_latest_is_a_directory 2 \
+  "^train_mlp: checkpoint directory '$work/overwrite_latest_dir': '$work/overwrite_latest_dir/latest' is a directory where a checkpoint's file goes, so a save would fail there\$" \
+  one bash -c 'bash "$1" "$2" "${@:4}"; rc=$?
+    [ "$(ls "$3")" = "$(printf "ckpt_00000002.h5\nlatest")" ] || { echo "directory holds: $(ls "$3" | tr "\n" " ")" >&2; exit 9; }
+    exit $rc' _ "$launch" "$ranks" "$work/overwrite_latest_dir" "$tm" "${small[@]}" --steps 2 --overwrite \
+  --ckpt-dir "$work/overwrite_latest_dir"
+# A directory at the name of the checkpoint a save would write, and a directory path too long for
+# the files' names: refused before the run trains (found on 2026-11-28: each failed the first
+# save, after the training).
+mkdir -p "$work/step_dir/ckpt_00000002.h5"
+expect ckpt_dir.step_name_is_a_directory 2 \
+  "^train_mlp: checkpoint directory '$work/step_dir': '$work/step_dir/ckpt_00000002.h5' is a directory where a checkpoint's file goes, so a save would fail there\$" \
+  mpi "$tm" "${small[@]}" --steps 2 --ckpt-dir "$work/step_dir"
+long_dir="$work/long"
+while [ ${#long_dir} -lt 3880 ]; do long_dir="$long_dir/$(printf 'd%.0s' {1..200})"; done
+long_dir="$long_dir/$(head -c $((4085 - ${#long_dir} - 1)) /dev/zero | tr '\0' d)"  # 4085 bytes: it can be made
+expect ckpt_dir.path_too_long 2 "^train_mlp: checkpoint directory '.*': its path of [0-9]+ bytes leaves no room for its files' names" \
+  mpi "$tm" "${small[@]}" --steps 2 --ckpt-dir "$long_dir"
 # The directory is a file.
 printf 'x' >"$work/a_file"
 expect ckpt_dir.is_a_file 2 "'$work/a_file'" mpi "$tm" "${small[@]}" --steps 2 --save-every 1 --ckpt-dir "$work/a_file"
@@ -295,6 +370,20 @@ mkfifo "$work/lock_fifo/.lock"
 expect ckpt_dir.lock_is_a_fifo 2 \
   "^train_mlp: checkpoint directory '$work/lock_fifo': the lock file '$work/lock_fifo/.lock' is a FIFO, not a regular file\$" \
   mpi "$tm" "${small[@]}" --steps 2 --save-every 1 --ckpt-dir "$work/lock_fifo"
+# A disk without room for the checkpoint (a 16 KiB tmpfs, mounted in a mount namespace of the case's
+# own) is named before the file is made: the save leaves nothing but the lock in the directory
+# (the check after the run fails the case otherwise). Before, the MPI write failed with "input/output
+# error" and left its partial file holding the space.
+if unshare --mount true 2>/dev/null; then
+  expect ckpt_dir.disk_full 2 \
+    "^train_mlp: (rank 0: )?checkpoint directory '$work/full/run': not enough free space for the checkpoint of step 1: it needs [0-9]+ bytes, [0-9]+ are free\$" \
+    one unshare --mount bash -c 'mkdir -p "$1" && mount -t tmpfs -o size=16k tmpfs "$1" || exit 9
+      bash "$2" "$3" "$4" "${@:5}" --steps 2 --save-every 1 --ckpt-dir "$1/run"; rc=$?
+      [ "$(ls -A "$1/run")" = .lock ] || { echo "directory holds: $(ls -A "$1/run" | tr "\n" " ")" >&2; exit 9; }
+      exit $rc' _ "$work/full" "$launch" "$ranks" "$tm" "${small[@]}"
+else
+  echo "catalogue: ckpt_dir.disk_full left out: no mount namespace here (unshare --mount fails)"
+fi
 # Damaged files: an empty mesh_axis_sizes attribute, a negative optimizer step count.
 damage="$build/tests/apps/ckpt_damage"
 cp -r "$good" "$work/empty_sizes"

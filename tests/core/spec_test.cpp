@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "core/error.h"
 
 namespace tessera {
@@ -123,6 +125,12 @@ TEST(Spec, BlockRuleIsCeilDivision) {
   EXPECT_EQ(block_extents(0, 2), (std::vector<std::int64_t>{0, 0}));
   EXPECT_EQ(block_begin(10, 4, 3), 9);
   EXPECT_EQ(block_begin(3, 8, 7), 3);
+  // Near 2^63 the rule holds without wrapping (n + s - 1 did: a negative block).
+  constexpr std::int64_t big = std::numeric_limits<std::int64_t>::max();
+  EXPECT_EQ(block_chunk(big, 2), big / 2 + 1);
+  EXPECT_EQ(block_extents(big, 2), (std::vector<std::int64_t>{big / 2 + 1, big / 2}));
+  EXPECT_EQ(block_begin(big, 2, 2), big);
+  EXPECT_EQ(block_extents(big, 3), (std::vector<std::int64_t>{big / 3 + 1, big / 3 + 1, big / 3 - 1}));
   // Nesting: the blocks of 7 over 2x2 tile the blocks of 7 over 2; those of 10 do not
   // (over 2: [0,5) [5,10); over 4: [0,3) [3,6) [6,9) [9,10)).
   EXPECT_TRUE(blocks_nest(7, 2, 2));

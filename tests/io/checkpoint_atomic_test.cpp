@@ -8,8 +8,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 
+#include "core/error.h"
 #include "io/checkpoint_dir.h"
 #include "io/checkpoint.h"
 
@@ -78,6 +80,21 @@ TEST(CheckpointAtomicity, KilledSaveLeavesThePreviousCheckpointAndIsCleanedByThe
 
 // Another run's higher steps in the directory must not make a save delete the file it just
 // wrote (which `latest` names): it counts as one of `keep`, the rest are the highest steps.
+// File names and steps: every int64 step has its name and back; a name of more digits than a step
+// has is no checkpoint's (before, its digits wrapped into some step, which --resume and pruning
+// then took for a checkpoint of that step).
+TEST(CheckpointNames, StepsAndFileNamesRoundTrip) {
+  EXPECT_EQ(checkpoint_dir::file_name(10), "ckpt_00000010.h5");
+  for (const std::int64_t step : {std::int64_t{0}, std::int64_t{10}, std::int64_t{123456789},
+                                  std::numeric_limits<std::int64_t>::max()}) {
+    EXPECT_EQ(checkpoint_dir::parse_file_name(checkpoint_dir::file_name(step)), step);
+  }
+  for (const char* name : {"ckpt_9223372036854775808.h5", "ckpt_99999999999999999999.h5", "ckpt_0000001.h5",
+                           "ckpt_0000000a.h5", "ckpt_00000010.h5.tmp", "ckpt_-0000010.h5"}) {
+    EXPECT_EQ(checkpoint_dir::parse_file_name(name), std::nullopt) << name;
+  }
+}
+
 TEST(CheckpointPrune, NeverRemovesTheFileJustWritten) {
   const std::string d = std::string(TESSERA_IO_TEST_TMP) + "/prune";
   fs::remove_all(d);
@@ -107,6 +124,23 @@ TEST(CheckpointPrune, RemoveCheckpointsLeavesOtherFiles) {
   for (const auto& entry : fs::directory_iterator(d)) left.push_back(entry.path().filename().string());
   std::sort(left.begin(), left.end());
   EXPECT_EQ(left, (std::vector<std::string>{".lock", "notes.txt"}));
+}
+
+// A directory under a checkpoint's name is refused before anything is removed (before, every
+// checkpoint was gone when the unlink of `latest`, a directory, failed).
+TEST(CheckpointPrune, RemoveCheckpointsRemovesNothingWhenOneCannotGo) {
+  const std::string d = std::string(TESSERA_IO_TEST_TMP) + "/remove_none";
+  fs::remove_all(d);
+  fs::create_directories(d + "/latest");
+  for (const char* name : {"ckpt_00000010.h5", "ckpt_00000020.h5"}) std::ofstream(d + "/" + name) << "x";
+  try {
+    checkpoint_dir::remove_checkpoints(d);
+    ADD_FAILURE() << "no IoError";
+  } catch (const IoError& e) {
+    EXPECT_EQ(std::string(e.what()), "checkpoint directory '" + d + "': '" + d +
+                                         "/latest' is a directory where a checkpoint's file goes; nothing was removed");
+  }
+  EXPECT_EQ(checkpoint_dir::list_complete(d).size(), 2u);
 }
 
 }  // namespace

@@ -2,11 +2,17 @@
 // suite runs under a 20 s ctest timeout). A corrupt chunk that only the last rank reads shows
 // that a rank-local failure is agreed on.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+
+#include <zlib.h>
+
+#include <csignal>
 
 #include <filesystem>
 #include <fstream>
 
+#include "io/checkpoint_dir.h"
 #include "io/checkpoint_format.h"
 #include "io/hdf5_handle.h"
 #include "io/train_state_io.h"
@@ -180,6 +186,25 @@ TEST(CheckpointBadFiles, StepThatIsAString) {
   EXPECT_EQ(info_error(file), "file '" + file + "': attribute 'step' is not a 64-bit integer");
   EXPECT_EQ(restore_error(file, target_state()),
             from_rank(0) + "restore_checkpoint: file '" + file + "': attribute 'step' is not a 64-bit integer");
+}
+
+// Fixed-length ASCII strings (h5py's for numpy bytes) read as the UTF-8 ones tessera writes:
+// HDF5 converts no character set to another, and the read failed with its conversion stack.
+TEST(CheckpointBadFiles, AsciiStringAttributesRead) {
+  TempDir dir("ascii_strings");
+  const std::string file = saved_then_edited(dir, [](hid_t root) {
+    const std::string value(format::format_name);
+    H5Adelete(root, format::attr_format);
+    H5Handle type = type_handle(H5Tcopy(H5T_C_S1), "H5Tcopy", "test");
+    check_h5(H5Tset_size(type.get(), value.size()), "H5Tset_size", "test");
+    check_h5(H5Tset_cset(type.get(), H5T_CSET_ASCII), "H5Tset_cset", "test");
+    H5Handle space = dataspace_handle(H5Screate(H5S_SCALAR), "H5Screate", "test");
+    H5Handle attribute = attribute_handle(
+        H5Acreate2(root, format::attr_format, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), "H5Acreate2", "test");
+    check_h5(H5Awrite(attribute.get(), type.get(), value.data()), "H5Awrite", "test");
+  });
+  EXPECT_EQ(read_checkpoint_info(file).format, format::format_name);
+  io_testing::expect_state_equals_reference(restore_checkpoint(file, target_state()), model_arrays(), "ascii");
 }
 
 TEST(CheckpointBadFiles, SoftLink) {
@@ -464,6 +489,49 @@ TEST(CheckpointBadFiles, WrongDtype) {
                                                    w1 + "': dtype is f32 in the file, f64 wanted");
 }
 
+// Data of another type under a dtype attribute that names the wanted one: the restore tells the
+// data's type (before: "dtype is f32 in the file, f32 wanted").
+TEST(CheckpointBadFiles, DtypeAttributeThatNamesTheWantedTypeOverOtherData) {
+  TempDir dir("dtype_liar_restore");
+  const std::string file = saved_then_edited(dir, [](hid_t root) {
+    H5Ldelete(root, ("/" + w1).c_str(), H5P_DEFAULT);
+    H5Handle create = dataset_creation();
+    add_dataset(root, "/" + w1, {8, 16}, create.get(), H5T_IEEE_F64LE, "f32");
+  });
+  EXPECT_EQ(restore_error(dir.path(), target_state()),
+            from_rank(0) + "restore_checkpoint: file '" + file + "', dataset '/" + w1 +
+                "': the data are 64-bit floats, though its dtype attribute says f32; f32 wanted");
+}
+
+// A deflated chunk whose stream inflates far past the chunk (16 MiB of zeros in 16 KiB of zlib
+// data, for a chunk of 512 bytes): refused before HDF5 inflates it (io/inflate_check.h), where a
+// 2.3 MB file of such chunks took 2 GB and 27 s. An integrity failure: exit code 3 in the apps.
+TEST(CheckpointBadFiles, DeflatedChunkThatInflatesPastItsChunk) {
+  TempDir dir("deflate_bomb");
+  const std::string file = saved_then_edited(dir, [](hid_t root) {
+    H5Ldelete(root, ("/" + w1).c_str(), H5P_DEFAULT);
+    H5Handle create = dataset_creation();
+    const hsize_t chunk[2] = {8, 16};
+    check_h5(H5Pset_chunk(create.get(), 2, chunk), "H5Pset_chunk", "test");
+    check_h5(H5Pset_deflate(create.get(), 9), "H5Pset_deflate", "test");
+    add_dataset(root, "/" + w1, {8, 16}, create.get());
+    const std::vector<unsigned char> zeros(16 << 20, 0);
+    uLongf size = compressBound(zeros.size());
+    std::vector<unsigned char> stream(size);
+    ASSERT_EQ(compress2(stream.data(), &size, zeros.data(), zeros.size(), 9), Z_OK);
+    H5Handle dataset = dataset_handle(H5Dopen2(root, ("/" + w1).c_str(), H5P_DEFAULT), "H5Dopen2", "test");
+    const hsize_t origin[2] = {0, 0};
+    check_h5(H5Dwrite_chunk(dataset.get(), H5P_DEFAULT, 0, origin, size, stream.data()), "H5Dwrite_chunk", "test");
+  });
+  const std::string expected = "file '" + file + "', dataset '/" + w1 +
+                               "': chunk at (0, 0) inflates past 512 bytes, the most a chunk of this dataset holds "
+                               "(the file is corrupt)";
+  EXPECT_EQ(restore_error(dir.path(), target_state()), from_rank(0) + "restore_checkpoint: " + expected);
+  std::string report;
+  EXPECT_FALSE(verify_checkpoint(file, &report));
+  EXPECT_NE(report.find(expected), std::string::npos) << report;
+}
+
 TEST(CheckpointBadFiles, UnknownFormatVersion) {
   TempDir dir("version");
   const std::string file = saved_then_damaged(dir, [](const std::string& f) {
@@ -518,6 +586,63 @@ TEST(CheckpointBadFiles, FifoIsRefusedWithoutWaiting) {
   MPI_Barrier(MPI_COMM_WORLD);
   EXPECT_EQ(restore_error(fifo, target_state()),
             from_rank(0) + "restore_checkpoint: file '" + fifo + "' is a FIFO, not a regular file on this rank");
+}
+
+// The file-size limit of this process for a scope (with SIGXFSZ ignored, a write past it fails
+// with EFBIG, as one to a full disk fails with ENOSPC), restored as it leaves.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(std::uint64_t bytes) {
+    ::getrlimit(RLIMIT_FSIZE, &saved_);
+    previous_handler_ = std::signal(SIGXFSZ, SIG_IGN);
+    rlimit limit = saved_;
+    limit.rlim_cur = bytes;
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+  }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &saved_);
+    std::signal(SIGXFSZ, previous_handler_);
+  }
+
+ private:
+  rlimit saved_{};
+  void (*previous_handler_)(int) = nullptr;
+};
+
+// A save whose file cannot be written whole fails with the same IoError on every rank and leaves
+// nothing behind: the previous checkpoint stays the latest, and no temporary file is left to hold
+// the space. The file stops at two places: where the skeleton that rank 0 writes first sets the
+// file's length past the first chunk, and at the last byte, which the chunk digests, written last,
+// need. Before, both ended in a SIGSEGV at MPI_Finalize (skeleton_driver.h, DeferWriteFailures).
+TEST(CheckpointBadFiles, SaveThatCannotWriteItsFileLeavesNothingBehind) {
+  TempDir dir("write_fails");
+  CheckpointState state = saved_state();
+  const std::string first = save_checkpoint(state, dir.path());
+  wait_for_pruning();
+  const std::uint64_t size = std::filesystem::file_size(first);
+  const std::uint64_t first_chunk = chunk_address(first, w1, 0);
+  ASSERT_LT(first_chunk, size);
+  const std::pair<std::uint64_t, std::string> cases[] = {{first_chunk + 1, "ftruncate failed: File too large"},
+                                                          {size - 1, "pwrite failed: File too large"}};
+  for (const auto& [limit, failure] : cases) {
+    state.step += 1;
+    const std::string temporary = dir / (checkpoint_dir::file_name(state.step) + ".tmp");
+    std::string message;
+    {
+      FileSizeLimit guard(limit);
+      message = io_testing::io_error_of([&] { save_checkpoint(state, dir.path()); });
+    }
+    EXPECT_TRUE(io_testing::same_on_every_rank(message)) << message;
+    EXPECT_EQ(message, from_rank(0) + "file '" + temporary + "': " + failure) << "limit " << limit;
+    EXPECT_FALSE(std::filesystem::exists(temporary)) << "limit " << limit;
+    EXPECT_EQ(latest_checkpoint(dir.path()), first) << "limit " << limit;
+  }
+  // The next save, with room, succeeds.
+  state.step += 1;
+  EXPECT_EQ(save_checkpoint(state, dir.path()), dir / checkpoint_dir::file_name(state.step));
+  wait_for_pruning();
 }
 
 }  // namespace

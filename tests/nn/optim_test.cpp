@@ -4,6 +4,8 @@
 // them unchanged).
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -105,6 +107,24 @@ TEST(Optim, GradientInAnotherSpecIsAnError) {
   grads.emplace("w", ShardedTensor::zeros(mesh, parse_spec("P()"), {8 * testing_support::world_size()}, DType::f32));
   OptState state = adam(0.1).init(params);
   EXPECT_THROW(adam(0.1).update(params, grads, state), ShapeError);
+}
+
+// The count is an int32, as optax's: at its largest, the step is refused with the count as it
+// was (before, it wrapped to -2^31 and the run saved a checkpoint its restore refused).
+TEST(Optim, CountAtItsLargestTakesNoFurtherStep) {
+  const Optimizer opt = adam(0.1);
+  OptState state;
+  state.count = std::numeric_limits<std::int32_t>::max() - 1;
+  opt.begin_step(state);
+  EXPECT_EQ(state.count, std::numeric_limits<std::int32_t>::max());
+  try {
+    opt.begin_step(state);
+    FAIL() << "no error";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "the optimizer's step count is 2147483647, the largest its int32 holds: no further step can be taken");
+  }
+  EXPECT_EQ(state.count, std::numeric_limits<std::int32_t>::max());
 }
 
 // Moments the update would index otherwise than each other or than their parameter: another

@@ -1,0 +1,1 @@
+train_mlp: --resume: no checkpoint in 'two'
