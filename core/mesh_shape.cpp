@@ -119,8 +119,12 @@ MeshShape MeshShape::parse(std::string_view text) {
     }
     std::string name(trim(std::string_view(item).substr(0, sep)));
     std::string size_text(trim(std::string_view(item).substr(sep + 1)));
-    if (size_text.empty() || !std::all_of(size_text.begin(), size_text.end(), ::isdigit) || size_text.size() > 6) {
+    if (size_text.empty() || !std::all_of(size_text.begin(), size_text.end(), ::isdigit)) {
       throw MeshError("mesh '" + all + "': size of axis '" + name + "' is not a positive integer: '" + size_text + "'");
+    }
+    if (size_text.size() > 6) {  // a positive integer all the same, which the message said it was not
+      throw MeshError("mesh '" + all + "': size of axis '" + name + "' is " + size_text +
+                      ", past the 999999 ranks an axis may have");
     }
     names.push_back(name);
     sizes.push_back(std::stoi(size_text));

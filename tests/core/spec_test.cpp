@@ -239,5 +239,14 @@ TEST(MeshShape, ParseAndCoordinates) {
   }
 }
 
+TEST(MeshShape, AxisSizePastTheLimitIsNamedAsSuch) {
+  try {
+    MeshShape::parse("data=2147483648");
+    FAIL() << "no error";
+  } catch (const MeshError& e) {
+    EXPECT_STREQ(e.what(), "mesh 'data=2147483648': size of axis 'data' is 2147483648, past the 999999 ranks an axis may have");
+  }
+}
+
 }  // namespace
 }  // namespace tessera
