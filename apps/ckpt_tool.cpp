@@ -88,6 +88,13 @@ int main(int argc, char** argv) {
   auto* verify_cmd = app.add_subcommand("verify", "check every chunk's Fletcher32 checksum");
   verify_cmd->add_option("path", path, "checkpoint file or directory")->required();
   return tessera::apps::parse_and_run("ckpt_tool", app, argc, argv, [&](int) {
+    // One process reads the file: under mpirun every rank printed the whole report.
+    int ranks = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+    if (ranks > 1) {
+      throw tessera::UsageError("runs as one process (it reads the file itself), not on " + std::to_string(ranks) +
+                                " ranks: start it without mpirun");
+    }
     return integrity_checked([&] { return list_cmd->parsed() ? list(path) : verify(path); });
   });
 }

@@ -85,17 +85,32 @@ int main(int argc, char** argv) {
   CLI::App app{"tessera demo: a named mesh and a sharded tensor"};
   std::string mesh_text = "data=2,model=4";
   std::string spec_text = "P(None, model)";
-  std::vector<std::int64_t> shape = {16, 64};
+  std::vector<std::string> shape_args = {"16,64"};
   std::uint64_t seed = 0;
   app.add_option("--mesh", mesh_text, "mesh axes, name=size,...")->capture_default_str();
   app.add_option("--spec", spec_text, "sharding: JAX text P(...) or a seqax shape string (rows/data cols)")
       ->capture_default_str();
-  app.add_option("--shape", shape, "global shape, comma-separated")->delimiter(',')->capture_default_str();
+  // Text, split here: CLI11's delimiter dropped empty elements (16,,64 ran as [16, 64]). The extents
+  // may also come as separate arguments (--shape 16 64).
+  app.add_option("--shape", shape_args, "global shape, comma-separated decimal extents")->capture_default_str();
   app.add_option("--seed", seed, "RNG seed")->capture_default_str();
   bool hosts = false;
   app.add_flag("--hosts", hosts, "print each rank's host name and mesh coordinates instead of the tensor");
   return tessera::apps::parse_and_run("demo_mesh", app, argc, argv, [&](int rank) {
     // Every check before the mesh is made: replicated input fails on every rank alike.
+    std::string shape_text;
+    for (const std::string& part : shape_args) shape_text += (shape_text.empty() ? "" : ",") + part;
+    std::vector<std::int64_t> shape;
+    for (std::size_t start = 0;;) {
+      const std::size_t comma = std::min(shape_text.find(',', start), shape_text.size());
+      std::string extent = shape_text.substr(start, comma - start);
+      if (const std::string why = tessera::apps::canonical_decimal(extent, false); !why.empty()) {
+        throw tessera::UsageError("--shape '" + shape_text + "': extent " + std::to_string(shape.size()) + ": " + why);
+      }
+      shape.push_back(std::stoll(extent));
+      if (comma == shape_text.size()) break;
+      start = comma + 1;
+    }
     // Every rank gathers the whole tensor (to_global): extents >= 0, at most 2^28 elements (1 GiB).
     for (auto d : shape) {
       if (d < 0) throw tessera::UsageError("--shape " + tessera::shape_to_string(shape) + " has a negative extent");

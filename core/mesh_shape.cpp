@@ -74,6 +74,9 @@ int MeshShape::axes_size(const std::vector<std::string>& axes) const {
 }
 
 std::vector<int> MeshShape::coords_of(int rank) const {
+  if (rank < 0 || rank >= size()) {
+    throw MeshError("mesh (" + to_string() + "): rank " + std::to_string(rank) + " is not in [0, " + std::to_string(size()) + ")");
+  }
   std::vector<int> coords(names_.size(), 0);
   for (int i = ndim() - 1; i >= 0; --i) {
     coords[i] = rank % sizes_[i];
@@ -84,6 +87,13 @@ std::vector<int> MeshShape::coords_of(int rank) const {
 
 std::vector<int> MeshShape::group_member(std::vector<int> coords, const std::vector<std::string>& axes,
                                         int position) const {
+  check_coords(coords);
+  std::int64_t members = 1;
+  for (const auto& axis : axes) members *= axis_size(axis);
+  if (position < 0 || position >= members) {
+    throw MeshError("mesh (" + to_string() + "): position " + std::to_string(position) + " is not in [0, " +
+                    std::to_string(members) + ") of a group over " + std::to_string(axes.size()) + " axes");
+  }
   for (int i = static_cast<int>(axes.size()) - 1; i >= 0; --i) {
     const int a = axis_index(axes[i]);
     coords[a] = position % sizes_[a];
@@ -92,7 +102,18 @@ std::vector<int> MeshShape::group_member(std::vector<int> coords, const std::vec
   return coords;
 }
 
+void MeshShape::check_coords(const std::vector<int>& coords) const {
+  bool fits = coords.size() == sizes_.size();
+  for (std::size_t i = 0; fits && i < coords.size(); ++i) fits = coords[i] >= 0 && coords[i] < sizes_[i];
+  if (!fits) {
+    std::string text;
+    for (const int c : coords) text += (text.empty() ? "" : ", ") + std::to_string(c);
+    throw MeshError("mesh (" + to_string() + "): coordinates (" + text + ") are not a position in it");
+  }
+}
+
 int MeshShape::rank_of(const std::vector<int>& coords) const {
+  check_coords(coords);
   int rank = 0;
   for (int i = 0; i < ndim(); ++i) rank = rank * sizes_[i] + coords[i];
   return rank;
@@ -119,8 +140,12 @@ MeshShape MeshShape::parse(std::string_view text) {
     }
     std::string name(trim(std::string_view(item).substr(0, sep)));
     std::string size_text(trim(std::string_view(item).substr(sep + 1)));
-    if (size_text.empty() || !std::all_of(size_text.begin(), size_text.end(), ::isdigit) || size_text.size() > 6) {
+    if (size_text.empty() || !std::all_of(size_text.begin(), size_text.end(), ::isdigit)) {
       throw MeshError("mesh '" + all + "': size of axis '" + name + "' is not a positive integer: '" + size_text + "'");
+    }
+    if (size_text.size() > 6) {  // a positive integer all the same, which the message said it was not
+      throw MeshError("mesh '" + all + "': size of axis '" + name + "' is " + size_text +
+                      ", past the 999999 ranks an axis may have");
     }
     names.push_back(name);
     sizes.push_back(std::stoi(size_text));

@@ -26,9 +26,12 @@ class MeshShape {
   // Product of the sizes of the given axes; SpecError for an unknown axis or one named twice.
   int axes_size(const std::vector<std::string>& axes) const;
 
-  // Row-major coordinates of a rank and back.
+  // Row-major coordinates of a rank and back; MeshError for a rank outside [0, size()) or
+  // coordinates that are not a position in the mesh.
   std::vector<int> coords_of(int rank) const;
   int rank_of(const std::vector<int>& coords) const;
+  // MeshError unless `coords` has one coordinate per axis, each in [0, that axis's size).
+  void check_coords(const std::vector<int>& coords) const;
   // The rank at `position` of a communicator over `axes` that holds the rank at `coords`: its
   // coordinates, those on `axes` set to the mixed-radix digits of `position` (first axis most
   // significant), the others as in `coords`.

@@ -183,6 +183,14 @@ Spec parse_spec(std::string_view text) {
 void validate_spec(const Spec& spec, const MeshShape& mesh, const Shape& shape, std::string_view name) {
   // Called for every tensor an op makes: the message's text is built only when the spec is refused.
   auto label = [&] { return "spec " + spec.to_string() + (name.empty() ? "" : " of '" + std::string(name) + "'"); };
+  // A negative extent gave empty blocks and then misleading failures (an overflowing byte count in
+  // to_global, HDF5's dataspace error in a save).
+  for (const std::int64_t extent : shape) {
+    if (extent < 0) {
+      throw ShapeError("shape " + shape_to_string(shape) + (name.empty() ? "" : " of '" + std::string(name) + "'") +
+                       " has a negative extent");
+    }
+  }
   if (spec.ndim() > static_cast<int>(shape.size())) {
     throw SpecError(label() + " has " + std::to_string(spec.ndim()) + " dimensions but the tensor has shape " +
                     shape_to_string(shape));

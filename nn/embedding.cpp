@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "collectives/reshard.h"
 #include "core/error.h"
+#include "mesh/agree.h"
 #include "nn/propagation.h"
 
 namespace tessera::nn {
@@ -87,12 +89,16 @@ Var embed(const Var& table_var, const ShardedTensor& tokens_in) {
   const std::int64_t v0 = block_offsets(table_spec, mesh.shape(), table.global_shape(), mesh.coords())[0];
   {
     const std::int32_t* ids = tokens.local().data<std::int32_t>();
-    for (std::int64_t i = 0; i < tokens.local().numel(); ++i) {
+    std::optional<std::string> bad;
+    for (std::int64_t i = 0; i < tokens.local().numel() && !bad; ++i) {
       if (ids[i] < 0 || ids[i] >= vocabulary) {
-        throw ShapeError("embed: token id " + std::to_string(ids[i]) + " in " + operand_string(tokens_in) +
-                         " is outside the vocabulary [0, " + std::to_string(vocabulary) + ") of " + operand_string(table_in));
+        bad = "embed: token id " + std::to_string(ids[i]) + " in " + operand_string(tokens_in) +
+              " is outside the vocabulary [0, " + std::to_string(vocabulary) + ") of " + operand_string(table_in);
       }
     }
+    // Agreed on, in one small all-reduce: the ids are data, which only the ranks holding them see,
+    // and a rank that threw alone left the others in the result's all-reduce for ever.
+    agree_or_throw<ShapeError>(mesh.comm(), bad);
   }
   Shape out_shape = tokens.global_shape();
   out_shape.push_back(table.global_shape()[1]);

@@ -12,8 +12,9 @@
 //              table cotangent partial over the tokens' axes, which the tape reduces to the
 //              table's spec (a reduce-scatter or all-reduce over data / seq, as for any weight).
 //
-// Token ids must lie in [0, vocabulary): a rank holding one outside throws ShapeError (only the
-// ranks holding it see it; ids are checked without communication).
+// Token ids must lie in [0, vocabulary): one outside is a ShapeError on every rank, agreed on in
+// one small all-reduce (only the ranks holding it see it; until 2026-11-28 those threw alone and
+// the others waited in the result's all-reduce).
 #pragma once
 
 #include "nn/var.h"

@@ -5,10 +5,12 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <optional>
 
 #include "collectives/collectives.h"
 #include "collectives/reshard.h"
 #include "core/error.h"
+#include "mesh/agree.h"
 #include "nn/ops.h"
 #include "nn/propagation.h"
 
@@ -105,13 +107,15 @@ Var softmax_cross_entropy_with_integer_labels(const Var& logits_var, const Shard
   const std::int64_t rows = labels.local().numel();
   {
     const std::int32_t* ids = labels.local().data<std::int32_t>();
-    for (std::int64_t r = 0; r < rows; ++r) {
+    std::optional<std::string> bad;
+    for (std::int64_t r = 0; r < rows && !bad; ++r) {
       if (ids[r] < 0 || ids[r] >= vocabulary) {
-        throw ShapeError(std::string(op) + ": label " + std::to_string(ids[r]) + " in " + operand_string(labels_in) +
-                         " is outside the vocabulary [0, " + std::to_string(vocabulary) + ") of " +
-                         operand_string(logits_in));
+        bad = std::string(op) + ": label " + std::to_string(ids[r]) + " in " + operand_string(labels_in) +
+              " is outside the vocabulary [0, " + std::to_string(vocabulary) + ") of " + operand_string(logits_in);
       }
     }
+    // Agreed on, as embed's token ids are (nn/embedding.h).
+    agree_or_throw<ShapeError>(mesh.comm(), bad);
   }
   Tensor max(Shape{rows}, DType::f64);
   if (logits.dtype() == DType::f32) row_max<float>(logits.local(), width, max);

@@ -75,6 +75,16 @@ ShardedTensor sum_to_shape(ShardedTensor&& x, const Shape& shape) {
 ShardedTensor sum_to_shape(const ShardedTensor& x, const Shape& shape) {
   if (x.global_shape() == shape) return x;
   const int offset = x.ndim() - static_cast<int>(shape.size());
+  // `shape` must broadcast to x's: no more dimensions, each trailing one x's extent or 1 (a shape
+  // of more dimensions indexed the spec before its start).
+  bool reduces = offset >= 0;
+  for (std::size_t i = 0; reduces && i < shape.size(); ++i) {
+    reduces = shape[i] == 1 || shape[i] == x.global_shape()[static_cast<std::size_t>(offset) + i];
+  }
+  if (!reduces) {
+    throw ShapeError("sum_to_shape: " + shape_to_string(x.global_shape()) + " does not sum to " + shape_to_string(shape) +
+                     " (the target must broadcast to it)");
+  }
   ShardedTensor s = sum(x, broadcast_dims(x.global_shape(), shape), true);
   // Drop the leading dimensions that `shape` does not have (all of extent 1 now).
   Spec spec(std::vector<Axes>(s.spec().dims.begin() + offset, s.spec().dims.end()), s.spec().partial);

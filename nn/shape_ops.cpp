@@ -167,7 +167,11 @@ Var concat(const std::vector<Var>& xs, int dim) {
   std::int64_t extent = 0;
   for (const auto& x : xs) {
     check_same_mesh(first, x.value(), "concat");
-    bool fits = x.ndim() == first.ndim() && x.dtype() == first.dtype();
+    if (x.dtype() != first.dtype()) {
+      throw DTypeError("concat: " + operand_string(x.value()) + " is " + std::string(dtype_name(x.dtype())) + ", " +
+                       operand_string(first) + " is " + std::string(dtype_name(first.dtype())));
+    }
+    bool fits = x.ndim() == first.ndim();
     for (int d = 0; fits && d < first.ndim(); ++d) fits = d == dim || x.shape()[d] == first.global_shape()[d];
     if (!fits) {
       throw ShapeError("concat: " + operand_string(x.value()) + " does not fit " + operand_string(first) + " along dimension " +
@@ -206,8 +210,10 @@ Var concat(const std::vector<Var>& xs, int dim) {
 Var slice(const Var& x, int dim, std::int64_t start, std::int64_t length) {
   dim = normalize_dim(dim, x.ndim(), "slice", x.value());
   const std::int64_t extent = x.shape()[dim];
-  if (start < 0 || length < 0 || start + length > extent) {
-    throw ShapeError("slice: [" + std::to_string(start) + ", " + std::to_string(start + length) + ") of dimension " +
+  // start > extent - length, not start + length > extent: that sum wrapped for a start near 2^63,
+  // and the slice read outside the tensor.
+  if (start < 0 || length < 0 || length > extent || start > extent - length) {
+    throw ShapeError("slice: " + std::to_string(length) + " from " + std::to_string(start) + " of dimension " +
                      std::to_string(dim) + " is out of range for " + operand_string(x.value()));
   }
   ShardedTensor moved;

@@ -21,13 +21,28 @@ TrainState create_train_state(ParamTree params, const Optimizer& optimizer) {
 }
 
 ShardedTensor microbatch(const ShardedTensor& x, int index, int count) {
-  if (count == 1) return x;
-  const Shape& local = x.local().shape();
-  if (x.ndim() < 1 || local[0] % count != 0) {
-    throw ShapeError("microbatches: the local batch block of '" + x.name() + "' (" +
-                     std::to_string(x.ndim() ? local[0] : 0) + " rows of global " + shape_to_string(x.global_shape()) +
-                     " " + x.spec().to_string() + ") does not split into " + std::to_string(count) + " microbatches");
+  if (count < 1 || index < 0 || index >= count) {
+    throw UsageError("microbatch " + std::to_string(index) + " of " + std::to_string(count) +
+                     ": the count must be >= 1 and the index in [0, count)");
   }
+  if (count == 1) return x;
+  const auto refuse = [&](const std::string& blocks) {
+    throw ShapeError("microbatches: the batch blocks of '" + x.name() + "' (global " + shape_to_string(x.global_shape()) +
+                     " " + x.spec().to_string() + blocks + ") do not all split into " + std::to_string(count) +
+                     " microbatches");
+  };
+  if (x.ndim() < 1) refuse(", no batch dimension");
+  // Every rank's block, from the global shape and the spec: the same answer on every rank. (Each
+  // rank judged its own block, and under the uneven block rule one rank threw while the others
+  // went on into the step's collectives.)
+  const std::int64_t rows = x.global_shape()[0];
+  const std::int64_t shards = shard_count(x.spec().padded(x.ndim()), x.mesh().shape(), 0);
+  for (std::int64_t b = 0; b < shards; ++b) {
+    if (block_extent(rows, shards, b) % count != 0) {
+      refuse(": a block of " + std::to_string(block_extent(rows, shards, b)) + " rows");
+    }
+  }
+  const Shape& local = x.local().shape();
   Shape block = local;
   block[0] /= count;
   std::vector<std::int64_t> at(x.ndim(), 0);

@@ -86,6 +86,8 @@ using ApplyFn = std::function<Var(const VarTree& params, const Var& x)>;
 ShardedTensor infer_step(ParamTree& params, const ApplyFn& apply, const ShardedTensor& x);
 
 // Microbatch `index` of `count`: each rank's block of dimension 0 split in `count` equal parts.
+// UsageError for a count below 1 or an index outside [0, count); ShapeError, on every rank alike,
+// where some rank's block does not split so.
 ShardedTensor microbatch(const ShardedTensor& x, int index, int count);
 
 }  // namespace tessera::nn

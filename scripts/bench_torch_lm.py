@@ -93,6 +93,15 @@ def main():
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
     a = p.parse_args()
+    # Checked as bench_train checks its own (until 2026-11-28 a zero or a negative ended in a
+    # traceback, or ran and reported "layers": -1).
+    for name in ("layers", "d_model", "heads", "d_ff", "seq_len", "batch", "steps", "threads"):
+        if getattr(a, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")
+    if a.warmup < 0:
+        p.error(f"--warmup must be >= 0, got {a.warmup}")
+    if a.d_model % a.heads != 0 or (a.d_model // a.heads) % 2 != 0:
+        p.error(f"--d-model {a.d_model} must split into --heads {a.heads} of an even width (rotary embeddings)")
     torch.manual_seed(0)
     torch.set_num_threads(a.threads)
     model = Transformer(a.layers, a.d_model, a.heads, a.d_ff, a.seq_len)

@@ -13,6 +13,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${FUZZ_SECONDS:-25}
 parallel=${FUZZ_JOBS:-$(nproc)}
+if ! [[ "$seconds" =~ ^[0-9]{1,6}$ ]]; then echo "fuzz.sh: FUZZ_SECONDS must be an integer from 0 to 999999, got '$seconds'" >&2; exit 2; fi
+# 0 made the throttle below spin for ever.
+if ! [[ "$parallel" =~ ^[1-9][0-9]{0,2}$ ]]; then echo "fuzz.sh: FUZZ_JOBS must be an integer from 1 to 999, got '$parallel'" >&2; exit 2; fi
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   targets=(parse_spec parse_shape_string mesh_shape_parse parse_rules parse_signature plan_reshard checkpoint)

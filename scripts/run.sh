@@ -2,7 +2,8 @@
 # The main job: setup, build, then train the Flax tutorial's MLP (batch 8, 4 layers, depth 1024)
 # with Adam on 8 ranks of this machine, mesh data=2,model=4, on synthetic teacher data, for 300
 # steps, checkpointing to build/checkpoints every 100 steps (the last 2 kept). Extra arguments go
-# to train_mlp and override the defaults here (e.g. `bash scripts/run.sh --steps 50 --scan`).
+# to train_mlp and override the defaults here (e.g. `bash scripts/run.sh --steps 50 --scan`);
+# `--resume` continues the last run, and a `--ckpt-dir` of the user's is never overwritten.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The build as one progress line; its whole log only when it fails.
@@ -18,10 +19,24 @@ done; then
 fi
 printf '\rbuild: done\n'
 steps=${TESSERA_RUN_STEPS:-300}
-# A fresh run each time: --overwrite deletes the last run's checkpoints (train_mlp refuses a
-# fresh run into a directory holding some; use --resume instead to continue one).
+# What the extra arguments name: a checkpoint directory of the user's own, --resume, a metrics file.
+own_ckpt_dir=0 resume=0 metrics=build/train_mlp_metrics.jsonl
+for ((i = 1; i <= $#; i++)); do
+  arg=${!i}
+  case $arg in
+    --ckpt-dir | --ckpt-dir=*) own_ckpt_dir=1 ;;
+    --resume) resume=1 ;;
+    --metrics) j=$((i + 1)); metrics=${!j:-$metrics} ;;
+    --metrics=*) metrics=${arg#--metrics=} ;;
+  esac
+done
+# A fresh run each time in build/checkpoints, the job's own directory: --overwrite deletes the last
+# run's checkpoints there (train_mlp refuses a fresh run into a directory holding some). Never in
+# a --ckpt-dir given here (its checkpoints are not this script's to delete: pass --overwrite to
+# start over there), and never with --resume, which continues the run.
 args=(--mesh data=2,model=4 --steps "$steps" --metrics build/train_mlp_metrics.jsonl
-      --ckpt-dir build/checkpoints --save-every 100 --keep 2 --overwrite)
+      --ckpt-dir build/checkpoints --save-every 100 --keep 2)
+if [ "$own_ckpt_dir" = 0 ] && [ "$resume" = 0 ]; then args+=(--overwrite); fi
 bash scripts/mpirun/local.sh 8 build/apps/train_mlp "${args[@]}" "$@"
 echo "plots of this run:"
-scripts/plot_metrics -o build/plots build/train_mlp_metrics.jsonl
+scripts/plot_metrics -o build/plots "$metrics"

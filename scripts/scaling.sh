@@ -13,7 +13,12 @@
 #   bash scripts/scaling.sh
 #   bash scripts/scaling.sh --ranks "1 2" -- --layers 2 --depth 256
 set -euo pipefail
+# Paths the user gives (--out, TESSERA_BENCH_TRAIN) are the caller's: resolved before the cd to
+# the repository (until 2026-11-28 `--out README.md` from another directory overwrote the
+# repository's README).
+caller=$PWD
 cd "$(dirname "$0")/.."
+in_caller() { case $1 in /*) printf '%s' "$1" ;; *) printf '%s/%s' "$caller" "$1" ;; esac; }
 ranks_list="1 2 4 8"
 out=""
 while [ $# -gt 0 ]; do
@@ -26,13 +31,26 @@ while [ $# -gt 0 ]; do
     *) echo "scaling.sh: unknown argument '$1' (usage: scaling.sh [--ranks \"1 2 4 8\"] [--out FILE] [-- BENCH_TRAIN_ARGS...])" >&2; exit 2 ;;
   esac
 done
+[ -n "${ranks_list// /}" ] || { echo "scaling.sh: --ranks needs at least one rank count" >&2; exit 2; }
 for r in $ranks_list; do
-  if ! [[ "$r" =~ ^[1-9][0-9]*$ ]]; then echo "scaling.sh: --ranks takes positive integers, got '$r'" >&2; exit 2; fi
+  # At most 4096 (mpirun reads the count as an int: 4294967298 ran 2 ranks).
+  if ! [[ "$r" =~ ^[1-9][0-9]{0,3}$ ]] || [ "$r" -gt 4096 ]; then
+    echo "scaling.sh: --ranks takes integers from 1 to 4096, got '$r'" >&2; exit 2
+  fi
 done
 model_args=("$@")
 if [ ${#model_args[@]} -eq 0 ]; then model_args=(--layers 8 --depth 4096 --steps 3 --warmup 1); fi
-bench=${TESSERA_BENCH_TRAIN:-build/apps/bench_train}  # the test suite points at its own build
+if [ -n "${TESSERA_BENCH_TRAIN:-}" ]; then bench=$(in_caller "$TESSERA_BENCH_TRAIN"); else bench=build/apps/bench_train; fi
 [ -x "$bench" ] || { echo "scaling.sh: $bench is missing: build first (bash scripts/build.sh)" >&2; exit 2; }
+# --out is checked before any run: a directory or a file that cannot be written was found only
+# after every benchmark had run.
+if [ -n "$out" ]; then
+  out=$(in_caller "$out")
+  if [ -d "$out" ]; then echo "scaling.sh: --out '$out' is a directory" >&2; exit 2; fi
+  if ! { [ -e "$out" ] && [ -w "$out" ]; } && ! { [ ! -e "$out" ] && [ -d "$(dirname "$out")" ] && [ -w "$(dirname "$out")" ]; }; then
+    echo "scaling.sh: --out '$out' cannot be written" >&2; exit 2
+  fi
+fi
 
 lines=$(mktemp)
 trap 'rm -f "$lines"' EXIT
@@ -43,7 +61,11 @@ for r in $ranks_list; do
     label=$([ "$r" = 1 ] && echo all || echo "$s")
     echo "scaling.sh: $label on $r ranks" >&2
     if result=$(bash scripts/mpirun/local.sh "$r" "$bench" --strategy "$s" "${model_args[@]}" 2>&1); then
-      echo "$result" | grep '"bench":"train_step"' | sed "s/\"strategy\":\"$s\"/\"strategy\":\"$label\"/" >> "$lines"
+      line=$(echo "$result" | grep '"bench":"train_step"' || true)
+      if [ -z "$line" ]; then  # e.g. -- --help: bench_train printed no step
+        echo "scaling.sh: bench_train printed no train_step line on $r ranks ($s) with: ${model_args[*]}" >&2; exit 2
+      fi
+      echo "$line" | sed "s/\"strategy\":\"$s\"/\"strategy\":\"$label\"/" >> "$lines"
     else
       rc=$?
       message=$(echo "$result" | grep -v '^{' | head -1)
@@ -54,7 +76,7 @@ for r in $ranks_list; do
     fi
   done
 done
-[ -z "$out" ] || cp "$lines" "$out"
+[ -z "$out" ] || cat "$lines" >"$out"
 
 /usr/bin/python3 - "$lines" <<'PY'
 import json, sys

@@ -13,7 +13,11 @@ done
 for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$TCL_PREFIX-"); do
   ip netns del "$ns"
 done
-if [ -d "$TCL_DIR" ]; then
+if [ -d "$TCL_DIR" ] && [ ! -e "$TCL_DIR/$TCL_MARK" ]; then
+  # Not made by up.sh (until 2026-11-28 a TESSERA_CLUSTER_DIR naming a user's directory was removed
+  # whole): left as it is.
+  echo "down.sh: '$TCL_DIR' is not a cluster's directory (no $TCL_MARK): left as it is" >&2
+elif [ -d "$TCL_DIR" ]; then
   for f in "$TCL_DIR"/*.uts; do
     [ -e "$f" ] || continue
     mountpoint -q "$f" 2>/dev/null && umount "$f"

@@ -3,6 +3,9 @@
 # bridge, and one namespace per host (hostN, 10.199.0.(10+N)/24) joined to it by a veth pair.
 # The subnet exists only inside those namespaces; the root namespace gets no address or route.
 TCL_DIR=${TESSERA_CLUSTER_DIR:-/run/tessera-cluster}
+# up.sh marks the directory it makes (or finds empty) as the cluster's; down.sh removes only a
+# directory so marked (TESSERA_CLUSTER_DIR may name any directory).
+TCL_MARK=.tessera-cluster
 TCL_PREFIX=tcl
 TCL_SUBNET=10.199.0.0/24
 tcl_ns() { echo "$TCL_PREFIX-$1"; }          # host1 -> tcl-host1

@@ -11,6 +11,13 @@ if [ $# -lt 3 ]; then echo "usage: $0 HOSTS N PROGRAM [ARGS...]" >&2; exit 2; fi
 hosts=$1
 shift
 if [ ! -r "$TCL_DIR/hostfile" ]; then echo "mpirun.sh: no cluster up (scripts/cluster/up.sh)" >&2; exit 2; fi
+# HOSTS is one of the cluster's host counts (-1 took all hosts but the last, 0 none, and more hosts
+# than are up as many as there were, each in silence).
+up=$(grep -c . "$TCL_DIR/hostfile")
+if ! [[ "$hosts" =~ ^[1-9][0-9]?$ ]] || [ "$hosts" -gt "$up" ]; then
+  echo "mpirun.sh: HOSTS must be 1 to $up (the hosts up), got '$hosts'" >&2
+  exit 2
+fi
 head -n "$hosts" "$TCL_DIR/hostfile" > "$TCL_DIR/hostfile.$hosts"
 flags="--mca plm_rsh_agent $here/rsh.sh --mca btl self,vader,tcp"
 flags+=" --mca btl_tcp_if_include $TCL_SUBNET --mca oob_tcp_if_include $TCL_SUBNET"

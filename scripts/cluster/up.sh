@@ -12,7 +12,12 @@ n=${1:-2}
 slots=${TESSERA_CLUSTER_SLOTS:-4}
 if ! [[ "$n" =~ ^[1-9][0-9]?$ ]]; then echo "up.sh: host count must be 1..99, got '$n'" >&2; exit 2; fi
 if [ "$(id -u)" -ne 0 ]; then echo "up.sh: needs root (network namespaces)" >&2; exit 1; fi
+if [ -d "$TCL_DIR" ] && [ ! -e "$TCL_DIR/$TCL_MARK" ] && [ -n "$(ls -A "$TCL_DIR")" ]; then
+  echo "up.sh: '$TCL_DIR' holds files of its own: TESSERA_CLUSTER_DIR names a new or empty directory" >&2
+  exit 2
+fi
 mkdir -p "$TCL_DIR"
+touch "$TCL_DIR/$TCL_MARK"
 sw=$(tcl_ns switch)
 ip netns list | grep -qw "^$sw" || ip netns add "$sw"
 ip -n "$sw" link set lo up

@@ -11,10 +11,9 @@ if [ $# -lt 2 ]; then
 fi
 n=$1
 shift
-if ! [[ "$n" =~ ^[1-9][0-9]*$ ]]; then
-  echo "local.sh: rank count must be a positive integer, got '$n'" >&2
-  exit 2
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/launch_checks.sh"
+check_rank_count local.sh "$n"
+check_program local.sh "$1"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # The Open MPI settings of every launch (single copy off, ROMIO, shared memory's eager limit and
 # fragment size): scripts/mpirun/mca-params.conf, read by mca_flags.sh.

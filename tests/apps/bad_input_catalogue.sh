@@ -193,6 +193,12 @@ expect spec.bad_partial_clause 2 "spec 'P\\(data; partly=model\\)'" mpi "$dm" "$
 expect spec.neither_jax_nor_shape_string 2 "shape string 'Q\\(data\\)': expected a space, '/' or the end, found '\\(' at column 2" mpi "$dm" "${dmesh[@]}" --spec 'Q(data)'
 expect shape.negative 2 "demo_mesh: --shape \[-3, 4\] has a negative extent" mpi "$dm" --mesh "$mesh" --shape -3,4
 expect shape.too_large 2 "demo_mesh: --shape \\[65536, 65536\\] has 4294967296 elements" mpi "$dm" --mesh "$mesh" --shape 65536,65536
+# An empty extent was dropped (16,,64 ran as [16, 64]); an axis past the size limit was "not a
+# positive integer".
+expect shape.empty_extent 2 "^demo_mesh: --shape '16,,64': extent 1: an empty value is not a number\$" \
+  mpi "$dm" --mesh "$mesh" --shape 16,,64
+expect mesh.axis_too_large 2 "^demo_mesh: mesh 'data=2147483648': size of axis 'data' is 2147483648, past the 999999 ranks an axis may have\$" \
+  mpi "$dm" --mesh data=2147483648
 expect shape_string.empty_axis 2 "shape string 'rows/data cols/'" mpi "$dm" "${dmesh[@]}" --spec 'rows/data cols/'
 expect shape_string.unknown_axis 2 "mesh axis 'tensor' of dimension rows is not in the mesh" mpi "$dm" "${dmesh[@]}" --spec 'rows/tensor cols'
 expect shape_string.size_disagrees 2 "\\(\"16/data 32\", global shape \\[16, 64\\] on mesh data: 1, model: $ranks\\): dimension 1: expected 32, got 64" mpi "$dm" "${dmesh[@]}" --spec '16/data 32'
@@ -249,8 +255,30 @@ expect bench_collectives.no_size_runs 2 \
   mpi "$apps/bench_collectives" --min 1 --max 100
 # scripts/scaling.sh refuses a bad command line before it runs anything.
 expect scaling.unknown_argument 2 "^scaling.sh: unknown argument '--bogus'" one bash "$here/../../scripts/scaling.sh" --bogus
-expect scaling.ranks_not_a_count 2 "^scaling.sh: --ranks takes positive integers, got 'x'$" \
+expect scaling.ranks_not_a_count 2 "^scaling.sh: --ranks takes integers from 1 to 4096, got 'x'$" \
   one bash "$here/../../scripts/scaling.sh" --ranks "1 x"
+# A count past int that mpirun would have truncated (4294967298 ran 2 ranks), and an --out that is a
+# directory, refused before anything runs.
+expect scaling.ranks_too_many 2 "^scaling.sh: --ranks takes integers from 1 to 4096, got '4294967298'$" \
+  one bash "$here/../../scripts/scaling.sh" --ranks 4294967298
+expect scaling.out_is_a_directory 2 "^scaling.sh: --out '$work' is a directory$" \
+  one bash "$here/../../scripts/scaling.sh" --ranks 1 --out "$work"
+# The launchers check what mpirun's --quiet would hide: a program that is not there (exit code 132
+# and no message before), a rank count past int (4294967298 ran 2 ranks), a hostfile that is a
+# FIFO (awk waited for ever) or whose slots are not a count (exit 1, no message).
+expect launch.program_missing 2 "^local.sh: program '$apps/trian_mlp' does not exist\$" \
+  one bash "$launch" 2 "$apps/trian_mlp"
+expect launch.ranks_past_int 2 "^local.sh: rank count must be an integer from 1 to 4096, got '4294967298'\$" \
+  one bash "$launch" 4294967298 "$tm"
+mkfifo "$work/hostfile_fifo"
+printf 'localhost slots=abc\n' >"$work/hostfile_bad_slots"
+expect launch.hostfile_fifo 2 "^hostfile.sh: cannot read hostfile '$work/hostfile_fifo' \\(a readable regular file\\)\$" \
+  one bash "$here/../../scripts/mpirun/hostfile.sh" "$work/hostfile_fifo" 2 "$tm"
+expect launch.hostfile_bad_slots 2 "^hostfile.sh: hostfile '$work/hostfile_bad_slots': line 1: slots=abc is not slots=N with N >= 1\$" \
+  one bash "$here/../../scripts/mpirun/hostfile.sh" "$work/hostfile_bad_slots" 2 "$tm"
+# FUZZ_JOBS=0 made fuzz.sh's throttle spin for ever.
+expect fuzz.jobs_zero 2 "^fuzz.sh: FUZZ_JOBS must be an integer from 1 to 999, got '0'\$" \
+  one env FUZZ_JOBS=0 bash "$here/../../scripts/fuzz.sh" parse_spec
 expect scaling.ranks_without_value 2 '^scaling.sh: --ranks needs a value$' one bash "$here/../../scripts/scaling.sh" --ranks
 expect bench_checkpoint.large_layers_zero 2 '^bench_checkpoint: --large-layers must be between 1 and 1024, got 0$' \
   mpi "$apps/bench_checkpoint" --large-layers 0
@@ -271,6 +299,11 @@ expect ckpt_tool.missing_file 2 "ckpt_tool: .*'$work/nope.h5'" one "$ck" list "$
 expect ckpt_tool.empty_dir 2 "^ckpt_tool: list: directory '$work/empty_dir' holds no complete checkpoint \\(ckpt_<step>\\.h5\\)$" one "$ck" list "$work/empty_dir"
 expect ckpt_tool.not_hdf5 2 "'$work/text.h5'.*not an HDF5 file" one "$ck" verify "$work/text.h5"
 expect ckpt_tool.truncated 3 "'$work/truncated.h5'.*truncated file" one "$ck" list "$work/truncated.h5"
+# Under mpirun every rank printed the whole report: one process reads the file.
+if [ "$ranks" -gt 1 ]; then
+  expect ckpt_tool.under_mpirun 2 "^ckpt_tool: runs as one process \\(it reads the file itself\\), not on $ranks ranks: start it without mpirun\$" \
+    mpi "$ck" list "$good_file"
+fi
 # A FIFO given as a file is refused at once: open(2) of one waits for a process at its other end
 # (core/files.h), and none ever opens these. A metrics file that cannot be written is reported
 # and the run goes on without it (exit code 0).

@@ -43,7 +43,7 @@ echo "ok: scripts/mpirun/slurm.sbatch"
 
 # A malformed line: local.sh (a copy beside a damaged copy of the file) stops before mpirun.
 mkdir "$work/mpirun"
-cp "$root/scripts/mpirun/local.sh" "$root/scripts/mpirun/mca_flags.sh" "$conf" "$work/mpirun/"
+cp "$root/scripts/mpirun/local.sh" "$root/scripts/mpirun/mca_flags.sh" "$root/scripts/mpirun/launch_checks.sh" "$conf" "$work/mpirun/"
 echo "btl_vader_eager_limit 65536" >> "$work/mpirun/mca-params.conf"
 rc=0
 out=$(bash "$work/mpirun/local.sh" 1 true 2>&1) || rc=$?

@@ -21,4 +21,23 @@ err=$("$plot" -o "$work/plots" "$work/bad.jsonl" 2>&1 >/dev/null)
 rc=$?
 [ $rc -eq 2 ] && [ "$err" = "plot_metrics: '$work/bad.jsonl' line 1 is not JSON: Expecting value" ] ||
   { echo "FAIL: bad file gave exit $rc and '$err'" >&2; exit 1; }
+# Lines whose fields have the wrong type, a file that is not text, and output paths that cannot
+# be used: each refused with exit 2 and one message (until 2026-11-28: Python tracebacks, exit 1).
+refused() {
+  local want=$1
+  shift
+  err=$("$plot" "$@" 2>&1 >/dev/null)
+  rc=$?
+  [ $rc -eq 2 ] && [ "$err" = "plot_metrics: $want" ] || { echo "FAIL: plot_metrics $* gave exit $rc and '$err'" >&2; exit 1; }
+}
+echo '{"step":1,"loss":"abc"}' >"$work/string_loss.jsonl"
+refused "'$work/string_loss.jsonl' line 1: \"loss\" is \"abc\", not a number" "$work/string_loss.jsonl"
+echo '{"step":"2","loss":1}' >"$work/string_step.jsonl"
+refused "'$work/string_step.jsonl' line 1: \"step\" is \"2\", not an integer" "$work/string_step.jsonl"
+echo '{"step":1,"loss":1,"comm_bytes":5}' >"$work/bytes.jsonl"
+refused "'$work/bytes.jsonl' line 1: \"comm_bytes\" is not an object of byte counts" "$work/bytes.jsonl"
+printf '\x89HDF\r\n\x1a\n\xff\xfe' >"$work/binary.jsonl"
+refused "'$work/binary.jsonl' is not text (metrics are JSON lines)" "$work/binary.jsonl"
+refused "-o '$work/run.jsonl': cannot make the directory: File exists" -o "$work/run.jsonl" "$work/run.jsonl"
+refused "--prefix 'a/b' is a file name prefix, not a path (-o names the directory)" --prefix a/b "$work/run.jsonl"
 echo "ok: plots written, bad input refused"

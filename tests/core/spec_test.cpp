@@ -31,7 +31,7 @@ std::string shape_string_error(std::string_view text) {
 std::string validate_error(const Spec& spec, const MeshShape& mesh, const Shape& shape, std::string_view name) {
   try {
     validate_spec(spec, mesh, shape, name);
-  } catch (const SpecError& e) {
+  } catch (const Error& e) {  // SpecError, or ShapeError for a negative extent
     return e.what();
   }
   return "no error";
@@ -236,6 +236,35 @@ TEST(MeshShape, ParseAndCoordinates) {
     FAIL();
   } catch (const SpecError& e) {
     EXPECT_STREQ(e.what(), "unknown mesh axis 'expert' (mesh has data: 2, model: 4)");
+  }
+}
+
+// Ranks and coordinates outside the mesh (rank_of read past the coordinates it was given).
+TEST(MeshShape, RanksAndCoordinatesOutsideTheMeshAreErrors) {
+  EXPECT_THROW(kMesh.coords_of(8), MeshError);
+  EXPECT_THROW(kMesh.coords_of(-1), MeshError);
+  try {
+    kMesh.rank_of({1});
+    FAIL() << "no error";
+  } catch (const MeshError& e) {
+    EXPECT_STREQ(e.what(), "mesh (data: 2, model: 4): coordinates (1) are not a position in it");
+  }
+  EXPECT_THROW(kMesh.rank_of({1, 4}), MeshError);
+  EXPECT_THROW(kMesh.group_member({1, 2}, {"model"}, 9), MeshError);
+  EXPECT_EQ(kMesh.rank_of({1, 3}), 7);
+}
+
+// A negative extent (the blocks came out empty, and later failures misled).
+TEST(Spec, NegativeExtentIsAnError) {
+  EXPECT_EQ(validate_error(parse_spec("P(data)"), kMesh, {-4, 4}, "x"), "shape [-4, 4] of 'x' has a negative extent");
+}
+
+TEST(MeshShape, AxisSizePastTheLimitIsNamedAsSuch) {
+  try {
+    MeshShape::parse("data=2147483648");
+    FAIL() << "no error";
+  } catch (const MeshError& e) {
+    EXPECT_STREQ(e.what(), "mesh 'data=2147483648': size of axis 'data' is 2147483648, past the 999999 ranks an axis may have");
   }
 }
 

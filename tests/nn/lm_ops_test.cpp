@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "collectives/comm_stats.h"
@@ -14,6 +15,7 @@
 #include "nn/embedding.h"
 #include "nn/losses.h"
 #include "nn/normalization.h"
+#include "nn/ops.h"
 #include "nn/shape_ops.h"
 #include "nn/shard_map.h"
 #include "tests/nn/nn_test_util.h"
@@ -282,6 +284,31 @@ TEST(LmOps, ShapeOpsBadInputNamesTheTensors) {
   } catch (const ShapeError& e) {
     EXPECT_STREQ(e.what(), "split: sizes summing to 7 do not cut dimension 1 of 'q' [4, 8] P(None, None)");
   }
+  // start + length wrapped past 2^63 and the slice read outside the tensor.
+  try {
+    slice(a, 1, std::numeric_limits<std::int64_t>::max() - 2, 4);
+    FAIL();
+  } catch (const ShapeError& e) {
+    EXPECT_STREQ(e.what(), "slice: 4 from 9223372036854775805 of dimension 1 is out of range for 'q' [4, 8] P(None, None)");
+  }
+  // Another dtype is named as such (it was "does not fit ... along dimension 0").
+  Var c(ShardedTensor::zeros(mesh, Spec(), {4, 8}, DType::f32, "r"));
+  try {
+    concat({a, c}, 0);
+    FAIL();
+  } catch (const DTypeError& e) {
+    EXPECT_STREQ(e.what(), "concat: 'r' [4, 8] P(None, None) is f32, 'q' [4, 8] P(None, None) is f64");
+  }
+  // A target of more dimensions indexed the spec before its start.
+  try {
+    sum_to_shape(a.value(), {2, 4, 8});
+    FAIL();
+  } catch (const ShapeError& e) {
+    EXPECT_STREQ(e.what(), "sum_to_shape: [4, 8] does not sum to [2, 4, 8] (the target must broadcast to it)");
+  }
+  EXPECT_THROW(sum_to_shape(a.value(), {3}), ShapeError);
+  EXPECT_EQ(sum_to_shape(a.value(), {1, 8}).global_shape(), (Shape{1, 8}));
+  EXPECT_THROW(ShardedTensor::zeros(mesh, Spec(), {-4, 4}, DType::f32, "neg"), ShapeError);
 }
 
 CommRecord ring_all_reduce(Axes axes, int n, std::int64_t block_bytes) {
@@ -382,6 +409,27 @@ TEST(LmOps, TokensOutsideTheVocabularyAreAnError) {
                            "logits 'logits' [3, 4] P(None, None) (f64): want i32 labels [rows...] for f32 or f64 "
                            "logits [rows..., V]");
   }
+}
+
+// A token id or label outside the vocabulary in one rank's block is an error on every rank, agreed
+// on (the ranks that did not hold it waited in the result's all-reduce for ever).
+TEST(LmOps, ATokenOutsideTheVocabularyOnOneRankFailsEveryRank) {
+  const int n = world_size();
+  Mesh mesh = Mesh::world(MeshShape({"data"}, {n}));
+  Var table(ShardedTensor::zeros(mesh, Spec(), {8, 2}, DType::f64, "wte"));
+  Tensor global(Shape{2 * n}, DType::i32);
+  global.data<std::int32_t>()[2 * n - 1] = 100;  // in the last rank's block only
+  const ShardedTensor ids = ShardedTensor::from_global(mesh, parse_spec("P(data)"), global, "tokens");
+  const std::string from_last = n > 1 ? "rank " + std::to_string(n - 1) + ": " : "";
+  try {
+    embed(table, ids);
+    FAIL();
+  } catch (const ShapeError& e) {
+    EXPECT_EQ(std::string(e.what()), from_last + "embed: token id 100 in 'tokens' [" + std::to_string(2 * n) +
+                                         "] P(data) is outside the vocabulary [0, 8) of 'wte' [8, 2] P(None, None)");
+  }
+  Var logits(ShardedTensor::zeros(mesh, parse_spec("P(data)"), {2 * n, 8}, DType::f64, "logits"));
+  EXPECT_THROW(softmax_cross_entropy_with_integer_labels(logits, ids), ShapeError);
 }
 
 // q, k, v [2, 4, heads, 4] with `spec`, f64 values from `seed`.

@@ -127,6 +127,80 @@ TEST(Optim, CountAtItsLargestTakesNoFurtherStep) {
   EXPECT_EQ(state.count, std::numeric_limits<std::int32_t>::max());
 }
 
+// A gradient or a moment on another mesh than its parameter's: a block of another size, which the
+// update indexed past its end (found on 2026-11-28: an out-of-bounds read of the gradient).
+TEST(Optim, GradientOrMomentOnAnotherMeshIsAnError) {
+  const int n = testing_support::world_size();
+  Mesh mesh = Mesh::world(MeshShape({"x"}, {n}));
+  Mesh other = Mesh::world(MeshShape({"x"}, {n}));
+  ParamTree params;
+  params.emplace("w", ShardedTensor::zeros(mesh, parse_spec("P(x)"), {8 * n}, DType::f32, "w"));
+  ParamTree grads;
+  grads.emplace("w", ShardedTensor::zeros(other, parse_spec("P(x)"), {8 * n}, DType::f32, "w"));
+  const Optimizer opt = adam(0.1);
+  OptState state = opt.init(params);
+  try {
+    opt.update(params, grads, state);
+    FAIL() << "no error";
+  } catch (const MeshError& e) {
+    EXPECT_EQ(std::string(e.what()), "optimizer: the gradient of 'w' on " + other.to_string() + " and the parameter on " +
+                                         mesh.to_string() + " live on different meshes");
+  }
+  ParamTree on_other;
+  on_other.emplace("w", ShardedTensor::zeros(other, parse_spec("P(x)"), {8 * n}, DType::f32, "w"));
+  OptState foreign = opt.init(on_other);
+  grads = params;
+  EXPECT_THROW(opt.update(params, grads, foreign), MeshError);
+}
+
+// A state without a moment a parameter needs (made for other parameters, or SGD's for Adam): named,
+// where the update's lookup threw std::out_of_range.
+TEST(Optim, StateWithoutAParametersMomentIsAnError) {
+  Mesh mesh = self_mesh();
+  ParamTree params;
+  params.emplace("a", ShardedTensor::zeros(mesh, Spec(), {4}, DType::f32, "a"));
+  const Optimizer opt = adam(0.1);
+  OptState state = opt.init(params);
+  params.emplace("b", ShardedTensor::zeros(mesh, Spec(), {4}, DType::f32, "b"));
+  const ParamTree grads = params;
+  try {
+    opt.update(params, grads, state);
+    FAIL() << "no error";
+  } catch (const ShapeError& e) {
+    EXPECT_STREQ(e.what(), "optimizer: the state has no first moment for parameter 'b' (a state made for other "
+                           "parameters, or by another optimizer?)");
+  }
+  OptState sgd_state = sgd(0.1).init(params);
+  EXPECT_THROW(opt.update(params, grads, sgd_state), ShapeError);
+}
+
+// Microbatches: a count below 1 is refused (it divided by zero: SIGFPE), and blocks that do not
+// all split are refused on every rank alike (each rank judged its own block: with uneven blocks
+// one rank threw and the other waited in the step's collectives).
+TEST(Optim, MicrobatchesAreCheckedOnEveryRankAlike) {
+  const int n = testing_support::world_size();
+  Mesh mesh = Mesh::world(MeshShape({"x"}, {n}));
+  const ShardedTensor x = ShardedTensor::zeros(mesh, parse_spec("P(x)"), {2 * n, 4}, DType::f32, "x");
+  try {
+    microbatch(x, 0, 0);
+    FAIL() << "no error";
+  } catch (const UsageError& e) {
+    EXPECT_STREQ(e.what(), "microbatch 0 of 0: the count must be >= 1 and the index in [0, count)");
+  }
+  EXPECT_THROW(microbatch(x, 2, 2), UsageError);
+  EXPECT_EQ(microbatch(x, 1, 2).global_shape(), (Shape{n, 4}));
+  if (n < 2) return;
+  // 2n - 1 rows over n ranks: blocks of 2 and a last of 1, which does not split in two.
+  const ShardedTensor uneven = ShardedTensor::zeros(mesh, parse_spec("P(x)"), {2 * n - 1, 4}, DType::f32, "x");
+  try {
+    microbatch(uneven, 0, 2);
+    FAIL() << "no error";
+  } catch (const ShapeError& e) {
+    EXPECT_EQ(std::string(e.what()), "microbatches: the batch blocks of 'x' (global [" + std::to_string(2 * n - 1) +
+                                         ", 4] P(x, None): a block of 1 rows) do not all split into 2 microbatches");
+  }
+}
+
 // Moments the update would index otherwise than each other or than their parameter: another
 // spec for the second moment than the first's, another shape.
 TEST(Optim, MomentsInAnotherSpecOrShapeAreAnError) {
