@@ -82,14 +82,15 @@ struct Case {
   CommOp op;
   double bus_factor;
   std::int64_t input_bytes;  // per rank
+  std::int64_t size;         // the message size
 };
 
 // The case of `op` at message size `size` on n ranks, or nothing when its input is too small to
 // split into [64][n][...] floats.
 std::optional<Case> case_of(CommOp op, std::int64_t size, int n) {
-  Case k{op, 2.0 * (n - 1) / n, size};  // all_reduce
-  if (op == CommOp::all_gather) k = {op, (n - 1.0) / n, size / n};
-  else if (op == CommOp::reduce_scatter || op == CommOp::all_to_all) k = {op, (n - 1.0) / n, size};
+  Case k{op, 2.0 * (n - 1) / n, size, size};  // all_reduce
+  if (op == CommOp::all_gather) k = {op, (n - 1.0) / n, size / n, size};
+  else if (op == CommOp::reduce_scatter || op == CommOp::all_to_all) k = {op, (n - 1.0) / n, size, size};
   const std::int64_t elems = k.input_bytes / 4;
   if (elems < 64 * n || elems % (64 * n) != 0) return std::nullopt;
   return k;
@@ -145,64 +146,59 @@ int main(int argc, char** argv) {
     const MPI_Comm c = comm.handle();
     // Every size and collective that runs, found first: sizes that none can run are refused
     // (before, --max 100 printed nothing and exited 0), and the largest must fit in memory.
-    std::int64_t largest = 0;
+    std::vector<Case> cases;
     for (std::int64_t size = min_bytes; size <= max_bytes; size *= 4) {
       for (const CommOp op : kinds) {
-        if (case_of(op, size, n)) largest = size;
+        if (const std::optional<Case> found = case_of(op, size, n)) cases.push_back(*found);
       }
     }
-    if (largest == 0) {
+    if (cases.empty()) {
       throw UsageError("no message size from --min " + std::to_string(min_bytes) + " to --max " +
                        std::to_string(max_bytes) + " (powers of 4 from --min) splits into 64 floats per rank on " +
                        std::to_string(n) + " ranks for --ops");
     }
-    // The input, tessera's result and raw MPI's, each at most the message size.
-    try {
-      apps::check_memory(3.0 * static_cast<double>(largest));
-    } catch (const UsageError& e) {
-      throw UsageError("--max " + std::to_string(max_bytes) + ": the largest message (" + std::to_string(largest) +
-                       " bytes) " + e.what());
-    }
-    for (std::int64_t size = min_bytes; size <= max_bytes; size *= 4) {
-      for (const CommOp op : kinds) {
-        const std::optional<Case> found = case_of(op, size, n);
-        if (!found) continue;
-        const Case k = *found;
-        const std::int64_t elems = k.input_bytes / 4;
-        for (const auto& layout : layouts) {
-          const bool outer = layout == "outer";
-          // Outer: [elems] split on dim 0. Inner: [64, elems / 64] split on dim 1 (64 runs per block).
-          const Shape shape = outer ? Shape{elems} : Shape{64, elems / 64};
-          const int dim = outer ? 0 : 1;
-          Tensor in = Tensor::full(shape, 1.0 + world_rank);
-          std::vector<std::byte> raw_out(static_cast<std::size_t>(size));
-          const int count = static_cast<int>(elems);
-          std::function<void()> mine, raw;
-          if (op == CommOp::all_gather) {
-            mine = [&] { all_gather(mesh, in, axes, dim); };
-            raw = [&] { MPI_Allgather(in.raw(), count, MPI_FLOAT, raw_out.data(), count, MPI_FLOAT, c); };
-          } else if (op == CommOp::reduce_scatter) {
-            mine = [&] { reduce_scatter(mesh, in, axes, dim); };
-            raw = [&] { MPI_Reduce_scatter_block(in.raw(), raw_out.data(), count / n, MPI_FLOAT, MPI_SUM, c); };
-          } else if (op == CommOp::all_to_all) {
-            // Split dim 0 or 1 into n pieces, concatenate along the same dimension.
-            mine = [&] { all_to_all(mesh, in, axes, dim, dim); };
-            raw = [&] { MPI_Alltoall(in.raw(), count / n, MPI_FLOAT, raw_out.data(), count / n, MPI_FLOAT, c); };
-          } else {
-            mine = [&] { all_reduce(mesh, in, axes); };
-            raw = [&] { MPI_Allreduce(in.raw(), raw_out.data(), count, MPI_FLOAT, MPI_SUM, c); };
-          }
-          const Timing t = time_pairs(comm, warmup, iters, mine, raw);
-          const double bus_mine = size / t.mine_s * k.bus_factor / 1e9, bus_raw = size / t.raw_s * k.bus_factor / 1e9;
-          if (world_rank == 0) {
-            std::printf(
-                "{\"op\": \"%s\", \"layout\": \"%s\", \"ranks\": %d, \"bytes\": %lld, \"dim\": %d, \"shape\": \"%s\", "
-                "\"pack\": \"%s\", \"tessera_us\": %.1f, \"raw_us\": %.1f, \"tessera_busbw_GBps\": %.3f, "
-                "\"raw_busbw_GBps\": %.3f, \"ratio\": %.3f}\n",
-                std::string(to_string(op)).c_str(), layout.c_str(), n, static_cast<long long>(size), dim, shape_to_string(shape).c_str(),
-                outer ? "none" : pack.c_str(), t.mine_s * 1e6, t.raw_s * 1e6, bus_mine, bus_raw, t.ratio);
-            std::fflush(stdout);
-          }
+    // The input, tessera's result and raw MPI's, each at most the message size (the last case's).
+    const std::int64_t largest = cases.back().size;
+    apps::check_memory(3.0 * static_cast<double>(largest),
+                       "--max " + std::to_string(max_bytes) + ": the largest message (" + std::to_string(largest) +
+                           " bytes) ");
+    for (const Case& k : cases) {
+      const CommOp op = k.op;
+      const std::int64_t size = k.size;
+      const std::int64_t elems = k.input_bytes / 4;
+      for (const auto& layout : layouts) {
+        const bool outer = layout == "outer";
+        // Outer: [elems] split on dim 0. Inner: [64, elems / 64] split on dim 1 (64 runs per block).
+        const Shape shape = outer ? Shape{elems} : Shape{64, elems / 64};
+        const int dim = outer ? 0 : 1;
+        Tensor in = Tensor::full(shape, 1.0 + world_rank);
+        std::vector<std::byte> raw_out(static_cast<std::size_t>(size));
+        const int count = static_cast<int>(elems);
+        std::function<void()> mine, raw;
+        if (op == CommOp::all_gather) {
+          mine = [&] { all_gather(mesh, in, axes, dim); };
+          raw = [&] { MPI_Allgather(in.raw(), count, MPI_FLOAT, raw_out.data(), count, MPI_FLOAT, c); };
+        } else if (op == CommOp::reduce_scatter) {
+          mine = [&] { reduce_scatter(mesh, in, axes, dim); };
+          raw = [&] { MPI_Reduce_scatter_block(in.raw(), raw_out.data(), count / n, MPI_FLOAT, MPI_SUM, c); };
+        } else if (op == CommOp::all_to_all) {
+          // Split dim 0 or 1 into n pieces, concatenate along the same dimension.
+          mine = [&] { all_to_all(mesh, in, axes, dim, dim); };
+          raw = [&] { MPI_Alltoall(in.raw(), count / n, MPI_FLOAT, raw_out.data(), count / n, MPI_FLOAT, c); };
+        } else {
+          mine = [&] { all_reduce(mesh, in, axes); };
+          raw = [&] { MPI_Allreduce(in.raw(), raw_out.data(), count, MPI_FLOAT, MPI_SUM, c); };
+        }
+        const Timing t = time_pairs(comm, warmup, iters, mine, raw);
+        const double bus_mine = size / t.mine_s * k.bus_factor / 1e9, bus_raw = size / t.raw_s * k.bus_factor / 1e9;
+        if (world_rank == 0) {
+          std::printf(
+              "{\"op\": \"%s\", \"layout\": \"%s\", \"ranks\": %d, \"bytes\": %lld, \"dim\": %d, \"shape\": \"%s\", "
+              "\"pack\": \"%s\", \"tessera_us\": %.1f, \"raw_us\": %.1f, \"tessera_busbw_GBps\": %.3f, "
+              "\"raw_busbw_GBps\": %.3f, \"ratio\": %.3f}\n",
+              std::string(to_string(op)).c_str(), layout.c_str(), n, static_cast<long long>(size), dim, shape_to_string(shape).c_str(),
+              outer ? "none" : pack.c_str(), t.mine_s * 1e6, t.raw_s * 1e6, bus_mine, bus_raw, t.ratio);
+          std::fflush(stdout);
         }
       }
     }

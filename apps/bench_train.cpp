@@ -1044,11 +1044,8 @@ int run(const Options& o, int world_rank, int world_size) {
     throw UsageError("--copy-mib must be between 1 and 65536, got " + std::to_string(o.copy_mib));
   }
   // The copy measurement's two buffers (collective: every rank checks the smallest share).
-  try {
-    apps::check_memory(2.0 * static_cast<double>(o.copy_mib) * 1048576.0);
-  } catch (const UsageError& e) {
-    throw UsageError("--copy-mib " + std::to_string(o.copy_mib) + ": the copy measurement " + e.what());
-  }
+  apps::check_memory(2.0 * static_cast<double>(o.copy_mib) * 1048576.0,
+                     "--copy-mib " + std::to_string(o.copy_mib) + ": the copy measurement ");
   if (!(o.measure_seconds > 0 && o.measure_seconds <= 3600)) {
     char got[32];
     std::snprintf(got, sizeof got, "%g", o.measure_seconds);

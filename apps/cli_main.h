@@ -30,6 +30,7 @@
 #include <iostream>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "core/error.h"
 #include "core/version.h"
@@ -98,6 +99,13 @@ inline std::string canonical_decimal(std::string& value, bool is_unsigned) {
   return {};
 }
 
+// A check that refuses an empty value with `message` (CLI11 took one as the type's zero, or as the
+// flag's default).
+inline CLI::Validator refuse_empty(std::string message, std::string name) {
+  return CLI::Validator([message](std::string& value) { return value.empty() ? message : std::string(); },
+                        std::string(), std::move(name));
+}
+
 // CLI11 reads an integer with base detection (a leading 0 made it octal: --steps 010 trained 8
 // steps, and 08 could not be converted), an empty value as 0, and a value past int64 as the largest;
 // a uint64 took -1 as 2^64 - 1. Every integer flag of `app` takes a decimal integer instead: leading
@@ -111,9 +119,7 @@ inline void strict_numbers(CLI::App& app) {
       option->transform(CLI::Validator([is_unsigned](std::string& value) { return canonical_decimal(value, is_unsigned); },
                                        std::string(), "decimal"));
     } else if (type == "FLOAT") {
-      option->check(CLI::Validator(
-          [](std::string& value) { return value.empty() ? std::string("an empty value is not a number") : std::string(); },
-          std::string(), "not_empty"));
+      option->check(refuse_empty("an empty value is not a number", "not_empty"));
     }
   }
   for (CLI::App* sub : app.get_subcommands({})) strict_numbers(*sub);
@@ -122,11 +128,7 @@ inline void strict_numbers(CLI::App& app) {
 // For a flag that names a file or a directory: an empty value (an unset shell variable, say)
 // would mean the flag's default, silently (--ckpt-dir '' saved no checkpoint, --data '' trained on
 // the default corpus), and is refused.
-inline CLI::Validator non_empty_path() {
-  return CLI::Validator(
-      [](std::string& value) { return value.empty() ? std::string("an empty value names no path") : std::string(); },
-      std::string(), "non_empty_path");
-}
+inline CLI::Validator non_empty_path() { return refuse_empty("an empty value names no path", "non_empty_path"); }
 
 // Parses the command line into `app`'s options, then returns run(rank), or the exit code of the
 // error it raised (--help, --version: 0; CLI11 parse errors and tessera::Error: 2;

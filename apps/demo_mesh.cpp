@@ -18,6 +18,7 @@
 #include "core/init.h"
 #include "core/rng.h"
 #include "core/shape_scope.h"
+#include "core/text.h"
 #include "mesh/environment.h"
 #include "mesh/mesh.h"
 #include "mesh/sharded_tensor.h"
@@ -98,8 +99,7 @@ int main(int argc, char** argv) {
   app.add_flag("--hosts", hosts, "print each rank's host name and mesh coordinates instead of the tensor");
   return tessera::apps::parse_and_run("demo_mesh", app, argc, argv, [&](int rank) {
     // Every check before the mesh is made: replicated input fails on every rank alike.
-    std::string shape_text;
-    for (const std::string& part : shape_args) shape_text += (shape_text.empty() ? "" : ",") + part;
+    const std::string shape_text = tessera::join(shape_args, ",");
     std::vector<std::int64_t> shape;
     for (std::size_t start = 0;;) {
       const std::size_t comma = std::min(shape_text.find(',', start), shape_text.size());

@@ -4,7 +4,6 @@
 #include <mpi.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -69,10 +68,7 @@ double lm_bytes_per_rank(const LmSizes& o, const nn::ParamInfos& infos, const Me
     for (auto d : max_local_shape(info.spec, mesh, info.shape)) n *= static_cast<double>(d);
     params += n;
   }
-  const auto size_of = [&](const char* axis) {
-    const auto& names = mesh.names();
-    return std::find(names.begin(), names.end(), axis) != names.end() ? static_cast<double>(mesh.axis_size(axis)) : 1.0;
-  };
+  const auto size_of = [&](const char* axis) { return mesh.has_axis(axis) ? static_cast<double>(mesh.axis_size(axis)) : 1.0; };
   const double data = size_of(models::kDataAxis), seq = size_of(models::kSeqAxis), model = size_of(models::kModelAxis);
   const double rows = static_cast<double>(o.batch) / data * static_cast<double>(o.seq_len) / seq;
   const double scores = static_cast<double>(o.batch) / data * static_cast<double>(o.heads) / model *
@@ -96,13 +92,13 @@ double memory_per_rank_bytes() {
   return share;
 }
 
-void check_memory(double need_bytes) {
+void check_memory(double need_bytes, const std::string& what) {
   const double have = memory_per_rank_bytes();
   if (need_bytes > have) {
     constexpr double gib = 1024.0 * 1024.0 * 1024.0;
     char text[256];
     std::snprintf(text, sizeof text, "needs %.1f GiB per rank, this machine has %.1f GiB", need_bytes / gib, have / gib);
-    throw UsageError(text);
+    throw UsageError(what + text);
   }
 }
 

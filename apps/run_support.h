@@ -53,9 +53,10 @@ double lm_bytes_per_rank(const LmSizes& lm, const nn::ParamInfos& infos, const M
 // (collective over MPI_COMM_WORLD).
 double memory_per_rank_bytes();
 
-// Collective: throws UsageError "needs N GiB per rank, this machine has M GiB" when
-// `need_bytes` exceeds memory_per_rank_bytes().
-void check_memory(double need_bytes);
+// Collective: throws UsageError "<what>needs N GiB per rank, this machine has M GiB" when
+// `need_bytes` exceeds memory_per_rank_bytes(); `what` names the need where it is not the whole
+// run's ("--copy-mib 65536: the copy measurement ").
+void check_memory(double need_bytes, const std::string& what = {});
 
 // Throws UsageError "the loss is nan at step S: training diverged ..." when `loss` (the step's,
 // the same on every rank) is not finite. Called before the step is saved or reported as trained:

@@ -88,8 +88,7 @@ std::vector<int> MeshShape::coords_of(int rank) const {
 std::vector<int> MeshShape::group_member(std::vector<int> coords, const std::vector<std::string>& axes,
                                         int position) const {
   check_coords(coords);
-  std::int64_t members = 1;
-  for (const auto& axis : axes) members *= axis_size(axis);
+  const int members = axes_size(axes);
   if (position < 0 || position >= members) {
     throw MeshError("mesh (" + to_string() + "): position " + std::to_string(position) + " is not in [0, " +
                     std::to_string(members) + ") of a group over " + std::to_string(axes.size()) + " axes");

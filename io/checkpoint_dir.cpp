@@ -34,6 +34,33 @@ std::string errno_text() { return std::strerror(errno); }
 constexpr std::string_view prefix = "ckpt_";
 constexpr std::string_view extension = ".h5";
 
+// The paths, sorted, of `dir`'s entries named as a checkpoint's files: ckpt_<step>.h5, `latest`
+// and the temporary of each (with `temporaries_only`, the temporaries alone). `ec` says whether
+// the listing failed.
+std::vector<std::string> checkpoint_entries(const std::string& dir, bool temporaries_only, std::error_code& ec) {
+  std::vector<std::string> out;
+  // Collected first: removing entries while iterating a directory is unspecified.
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    const bool temporary = name.ends_with(temporary_suffix);
+    if (temporaries_only && !temporary) continue;
+    if (temporary) name.resize(name.size() - std::strlen(temporary_suffix));
+    if (parse_file_name(name) || name == latest_name) out.push_back(it->path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The first of `paths` that is a directory (where a checkpoint's file goes, unlink and rename
+// fail), or empty.
+std::string first_directory(const std::vector<std::string>& paths) {
+  for (const auto& path : paths) {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return path;
+  }
+  return {};
+}
+
 }  // namespace
 
 std::string file_name(std::int64_t step) {
@@ -65,15 +92,9 @@ void check_room_for_saves(const std::string& dir) {
                   "' it passes PATH_MAX, " + std::to_string(PATH_MAX) + " bytes)");
   }
   std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    std::string name = it->path().filename().string();
-    if (name.ends_with(temporary_suffix)) name.resize(name.size() - std::strlen(temporary_suffix));
-    if (!parse_file_name(name) && name != latest_name) continue;
-    struct stat st {};
-    if (::lstat(it->path().c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-      throw IoError("checkpoint directory '" + dir + "': '" + it->path().string() +
-                    "' is a directory where a checkpoint's file goes, so a save would fail there");
-    }
+  if (const std::string obstacle = first_directory(checkpoint_entries(dir, false, ec)); !obstacle.empty()) {
+    throw IoError("checkpoint directory '" + dir + "': '" + obstacle +
+                  "' is a directory where a checkpoint's file goes, so a save would fail there");
   }
 }
 
@@ -169,7 +190,6 @@ int create_exclusive(const std::string& path) {
 
 std::vector<std::string> prunable(const std::string& dir, int keep, const std::string& just_written) {
   std::vector<std::string> doomed;
-  std::error_code ec;
   auto complete = list_complete(dir);
   // The file just written stays whatever its step: `latest` names it (another run's higher
   // steps in the directory must not make a save delete itself).
@@ -182,14 +202,14 @@ std::vector<std::string> prunable(const std::string& dir, int keep, const std::s
   if (keep > 0 && others.size() > others_kept) {
     for (std::size_t i = 0; i + others_kept < others.size(); ++i) doomed.push_back(others[i]);
   }
-  // Collected first: removing entries while iterating a directory is unspecified.
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (!name.ends_with(temporary_suffix)) continue;
-    const std::string base = name.substr(0, name.size() - std::strlen(temporary_suffix));
-    if (parse_file_name(base) || base == latest_name) doomed.push_back(it->path().string());
-  }
+  const std::vector<std::string> leftovers = leftover_temporaries(dir);
+  doomed.insert(doomed.end(), leftovers.begin(), leftovers.end());
   return doomed;
+}
+
+std::vector<std::string> leftover_temporaries(const std::string& dir) {
+  std::error_code ec;
+  return checkpoint_entries(dir, true, ec);
 }
 
 std::vector<std::string> remove_files(const std::vector<std::string>& paths) {
@@ -248,23 +268,14 @@ void wait_for_removals() { remover().wait(); }
 
 std::vector<std::string> remove_checkpoints(const std::string& dir) {
   wait_for_removals();
-  std::vector<std::string> doomed;
   std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    std::string name = it->path().filename().string();
-    if (name.ends_with(temporary_suffix)) name.resize(name.size() - std::strlen(temporary_suffix));
-    if (parse_file_name(name) || name == latest_name) doomed.push_back(it->path().string());
-  }
+  const std::vector<std::string> doomed = checkpoint_entries(dir, false, ec);
   if (ec) throw IoError("checkpoint directory '" + dir + "': cannot list: " + ec.message());
-  std::sort(doomed.begin(), doomed.end());
   // All or nothing: a directory under one of these names, which unlink cannot remove, is found
   // before any checkpoint is gone.
-  for (const auto& path : doomed) {
-    struct stat st {};
-    if (::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-      throw IoError("checkpoint directory '" + dir + "': '" + path +
-                    "' is a directory where a checkpoint's file goes; nothing was removed");
-    }
+  if (const std::string obstacle = first_directory(doomed); !obstacle.empty()) {
+    throw IoError("checkpoint directory '" + dir + "': '" + obstacle +
+                  "' is a directory where a checkpoint's file goes; nothing was removed");
   }
   for (const auto& path : doomed) {
     // unlink, not remove_all: a symlink is removed itself, never what it points to.

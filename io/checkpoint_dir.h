@@ -53,6 +53,9 @@ void commit(const std::string& temporary, const std::string& final_path);
 std::vector<std::string> prune(const std::string& dir, int keep, const std::string& just_written = {});
 // What prune would remove, removing nothing.
 std::vector<std::string> prunable(const std::string& dir, int keep, const std::string& just_written = {});
+// The temporary files in `dir` (a checkpoint's and `latest`'s), sorted: under the directory's
+// lock, the leftovers of saves that were killed or failed.
+std::vector<std::string> leftover_temporaries(const std::string& dir);
 // Unlinks each path (a missing one is skipped); returns those removed.
 std::vector<std::string> remove_files(const std::vector<std::string>& paths);
 // Unlinks `paths` on a thread of this process, so that the caller does not wait for the file

@@ -72,12 +72,20 @@ CheckpointArrayInfo array_info(hid_t file, const std::string& path, const std::s
   return info;
 }
 
+// The file's size in bytes, the bound of what its metadata may claim.
+std::uint64_t size_of(const std::string& file, const std::string& context) {
+  std::error_code ec;
+  const std::uint64_t bytes = std::filesystem::file_size(file, ec);
+  if (ec) throw IoError(context + ": cannot take its size: " + ec.message());
+  return bytes;
+}
+
 // Reads the dataset chunk by chunk (whole when not chunked): HDF5 checks each chunk's Fletcher32
 // as it reads it. Returns the number of chunks read.
 // A version 2 file's chunks are also checked against the dataset's digest (chunk_fletcher32),
 // which catches a chunk that was never written.
 std::int64_t read_every_chunk(hid_t file, const CheckpointArrayInfo& info, const std::string& file_name,
-                              std::int64_t version) {
+                              std::int64_t version, std::uint64_t file_bytes) {
   const std::string context = format::dataset_context(file_name, info.path);
   H5Handle dataset =
       dataset_handle(H5Dopen2(file, format::dataset_name(info.path).c_str(), H5P_DEFAULT), "H5Dopen2", context);
@@ -85,9 +93,6 @@ std::int64_t read_every_chunk(hid_t file, const CheckpointArrayInfo& info, const
   if (numel(info.shape) == 0) return 0;
   const int ndim = static_cast<int>(info.shape.size());
   std::vector<std::byte> buffer(static_cast<std::size_t>(numel(chunk)) * dtype_size(info.dtype));
-  std::error_code ec;
-  const std::uint64_t file_bytes = std::filesystem::file_size(file_name, ec);
-  if (ec) throw IoError(context + ": cannot take the file's size: " + ec.message());
   checkpoint_io::check_deflated_chunks(dataset.get(), file_bytes, context);
   std::vector<std::uint32_t> digest;
   // The digest covers the datasets stored as tessera saves them (the restore reads it for those
@@ -147,9 +152,7 @@ CheckpointInfo read_checkpoint_info(const std::string& file) {
   const auto sizes = format::read_int64_array_attribute(handle.get(), format::attr_mesh_sizes, context);
   format::validate_mesh_axes(info.mesh_axis_names, sizes, context);
   info.mesh_axis_sizes.assign(sizes.begin(), sizes.end());
-  std::error_code ec;
-  const std::uint64_t file_bytes = std::filesystem::file_size(file, ec);
-  if (ec) throw IoError(context + ": cannot take its size: " + ec.message());
+  const std::uint64_t file_bytes = size_of(file, context);
   for (const auto& path : dataset_paths(handle.get(), context))
     info.arrays.push_back(array_info(handle.get(), path, file, file_bytes));
   handle.close(context);
@@ -161,11 +164,12 @@ bool verify_checkpoint(const std::string& file, std::string* report) {
   bool ok = true;
   try {
     CheckpointInfo info = read_checkpoint_info(file);
+    const std::uint64_t file_bytes = size_of(file, format::file_context(file));
     H5Handle handle = open_local(file);
     out << "checkpoint " << file << ": step " << info.step << ", " << info.arrays.size() << " arrays\n";
     for (const auto& array : info.arrays) {
       try {
-        std::int64_t chunks = read_every_chunk(handle.get(), array, file, info.version);
+        std::int64_t chunks = read_every_chunk(handle.get(), array, file, info.version, file_bytes);
         out << "ok     /" << array.path << ' ' << dtype_name(array.dtype) << shape_to_string(array.shape) << ", "
             << chunks << (chunks == 1 ? " chunk" : " chunks") << '\n';
       } catch (const Error& e) {

@@ -530,7 +530,7 @@ std::string save_checkpoint(const CheckpointState& state, const std::string& dir
       if (!DirectoryLock::held_here(dir)) lock = DirectoryLock::acquire(dir);
       // Under the lock, a temporary file is the leftover of a save that was killed or failed:
       // removed before the check, so that it does not hold the space this save needs.
-      checkpoint_dir::remove_files(checkpoint_dir::prunable(dir, 0));
+      checkpoint_dir::remove_files(checkpoint_dir::leftover_temporaries(dir));
       checkpoint_dir::check_free_space(dir, file_bytes(state, chunkings, total_chunks), state.step);
       uncommitted.made = true;
       addresses = write_skeleton(state, chunkings, total_chunks, mesh_shape, temporary);

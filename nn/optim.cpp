@@ -10,6 +10,7 @@
 #include "collectives/collectives.h"
 #include "collectives/reshard.h"
 #include "core/error.h"
+#include "nn/propagation.h"
 
 namespace tessera::nn {
 
@@ -24,18 +25,11 @@ void sgd_block(T* p, const T* g, T* trace, std::int64_t n, T lr, T momentum, boo
   }
 }
 
-// A gradient in the parameter's spec or in its state's (`state`).
-// The same Mesh (as the ops require): a block of a tensor on another mesh has another size, and the
-// update indexed the parameter's block past the end of the gradient's (found on 2026-11-28).
-void check_same_mesh(const std::string& path, const char* what, const ShardedTensor& p, const ShardedTensor& x) {
-  if (!(x.mesh() == p.mesh())) {
-    throw MeshError("optimizer: " + std::string(what) + " of '" + path + "' on " + x.mesh().to_string() +
-                    " and the parameter on " + p.mesh().to_string() + " live on different meshes");
-  }
-}
-
+// A gradient in the parameter's spec or in its state's (`state`), on the parameter's Mesh (as the
+// ops require: a block of a tensor on another mesh has another size, and the update indexed the
+// parameter's block past the end of the gradient's; found on 2026-11-28).
 void check_grad(const std::string& path, const ShardedTensor& p, const ShardedTensor& g, const Spec& state) {
-  check_same_mesh(path, "the gradient", p, g);
+  check_same_mesh(p, g, "optimizer: the gradient of '" + path + "'");
   if (!(g.spec() == p.spec() || g.spec() == state) || g.global_shape() != p.global_shape() || g.dtype() != p.dtype()) {
     throw ShapeError("optimizer: gradient of '" + path + "' is " + g.describe() + ", parameter is " + p.describe() +
                      (state == p.spec() ? "" : " with its state in " + state.to_string()));
@@ -45,8 +39,10 @@ void check_grad(const std::string& path, const ShardedTensor& p, const ShardedTe
 // The spec of `path`'s state as it lies: the first moment's (the spec it was created or restored
 // in), or the parameter's where the state has none. Each moment the state holds must have that
 // spec and the parameter's global shape and dtype: the update indexes them alike.
-const Spec& checked_state_spec(const std::string& path, const ShardedTensor& p, const OptState& state, bool needs_mu,
-                               bool needs_nu) {
+const Spec& checked_state_spec(const std::string& path, const ShardedTensor& p, const OptState& state,
+                               const Optimizer& optimizer) {
+  const bool needs_nu = optimizer.kind != Optimizer::Kind::sgd;
+  const bool needs_mu = needs_nu || optimizer.momentum != 0.0;
   const auto mu = state.mu.find(path), nu = state.nu.find(path);
   // A state made for other parameters, or by another optimizer (SGD's for Adam): named here, where
   // the update's lookup threw std::out_of_range ("map::at").
@@ -59,7 +55,7 @@ const Spec& checked_state_spec(const std::string& path, const ShardedTensor& p, 
   const ShardedTensor* first = mu != state.mu.end() ? &mu->second : nullptr;
   const ShardedTensor* second = nu != state.nu.end() ? &nu->second : nullptr;
   for (const ShardedTensor* m : {first, second}) {
-    if (m != nullptr) check_same_mesh(path, "a moment", p, *m);
+    if (m != nullptr) check_same_mesh(p, *m, "optimizer: a moment of '" + path + "'");
     if (m != nullptr && (!(m->spec() == spec) || m->global_shape() != p.global_shape() || m->dtype() != p.dtype())) {
       throw ShapeError("optimizer: a moment of '" + path + "' is " + m->describe() + ", parameter is " + p.describe() +
                        " with its state in " + spec.to_string());
@@ -168,7 +164,7 @@ void Optimizer::update_elements(const std::string& path, ShardedTensor& p, OptSt
 
 void Optimizer::update_param(const std::string& path, ShardedTensor& p, const ShardedTensor& g,
                              OptState& state) const {
-  const Spec& spec = checked_state_spec(path, p, state, kind != Kind::sgd || momentum != 0.0, kind != Kind::sgd);
+  const Spec& spec = checked_state_spec(path, p, state, *this);
   check_grad(path, p, g, spec);
   if (spec == p.spec()) {
     update_elements(path, p, state, 0, p.local().numel(), g.local().raw());
@@ -220,7 +216,7 @@ void Optimizer::update_param(const std::string& path, ShardedTensor& p, const Sh
 }
 
 bool Optimizer::update_param_rows(const std::string& path, ShardedTensor& p, RowGradient& g, OptState& state) const {
-  checked_state_spec(path, p, state, kind != Kind::sgd || momentum != 0.0, kind != Kind::sgd);
+  checked_state_spec(path, p, state, *this);
   const std::int64_t rows = g.rows(), width = g.row_elements();
   if (p.dtype() != DType::f32 || rows * width != p.local().numel() ||
       (p.local().ndim() > 0 && p.local().shape()[0] != rows)) {

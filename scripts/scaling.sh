@@ -32,12 +32,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -n "${ranks_list// /}" ] || { echo "scaling.sh: --ranks needs at least one rank count" >&2; exit 2; }
-for r in $ranks_list; do
-  # At most 4096 (mpirun reads the count as an int: 4294967298 ran 2 ranks).
-  if ! [[ "$r" =~ ^[1-9][0-9]{0,3}$ ]] || [ "$r" -gt 4096 ]; then
-    echo "scaling.sh: --ranks takes integers from 1 to 4096, got '$r'" >&2; exit 2
-  fi
-done
+# Each count as the launcher takes it (mpirun reads the count as an int: 4294967298 ran 2 ranks).
+source scripts/mpirun/launch_checks.sh
+for r in $ranks_list; do check_rank_count "scaling.sh: --ranks" "$r"; done
 model_args=("$@")
 if [ ${#model_args[@]} -eq 0 ]; then model_args=(--layers 8 --depth 4096 --steps 3 --warmup 1); fi
 if [ -n "${TESSERA_BENCH_TRAIN:-}" ]; then bench=$(in_caller "$TESSERA_BENCH_TRAIN"); else bench=build/apps/bench_train; fi

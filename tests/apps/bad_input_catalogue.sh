@@ -255,11 +255,11 @@ expect bench_collectives.no_size_runs 2 \
   mpi "$apps/bench_collectives" --min 1 --max 100
 # scripts/scaling.sh refuses a bad command line before it runs anything.
 expect scaling.unknown_argument 2 "^scaling.sh: unknown argument '--bogus'" one bash "$here/../../scripts/scaling.sh" --bogus
-expect scaling.ranks_not_a_count 2 "^scaling.sh: --ranks takes integers from 1 to 4096, got 'x'$" \
+expect scaling.ranks_not_a_count 2 "^scaling.sh: --ranks: rank count must be an integer from 1 to 4096, got 'x'$" \
   one bash "$here/../../scripts/scaling.sh" --ranks "1 x"
 # A count past int that mpirun would have truncated (4294967298 ran 2 ranks), and an --out that is a
 # directory, refused before anything runs.
-expect scaling.ranks_too_many 2 "^scaling.sh: --ranks takes integers from 1 to 4096, got '4294967298'$" \
+expect scaling.ranks_too_many 2 "^scaling.sh: --ranks: rank count must be an integer from 1 to 4096, got '4294967298'$" \
   one bash "$here/../../scripts/scaling.sh" --ranks 4294967298
 expect scaling.out_is_a_directory 2 "^scaling.sh: --out '$work' is a directory$" \
   one bash "$here/../../scripts/scaling.sh" --ranks 1 --out "$work"
@@ -276,6 +276,14 @@ expect launch.hostfile_fifo 2 "^hostfile.sh: cannot read hostfile '$work/hostfil
   one bash "$here/../../scripts/mpirun/hostfile.sh" "$work/hostfile_fifo" 2 "$tm"
 expect launch.hostfile_bad_slots 2 "^hostfile.sh: hostfile '$work/hostfile_bad_slots': line 1: slots=abc is not slots=N with N >= 1\$" \
   one bash "$here/../../scripts/mpirun/hostfile.sh" "$work/hostfile_bad_slots" 2 "$tm"
+# scripts/cluster/mpirun.sh takes a HOSTS count of the hosts up (-1 took all but the last, 5 of 2
+# took 2), checked before it enters a host: a cluster directory with a hostfile of two hosts.
+mkdir -p "$work/cluster"
+printf 'host1 slots=4\nhost2 slots=4\n' >"$work/cluster/hostfile"
+expect cluster.hosts_more_than_up 2 "^mpirun.sh: HOSTS must be 1 to 2 \\(the hosts up\\), got '5'\$" \
+  one env TESSERA_CLUSTER_DIR="$work/cluster" bash "$here/../../scripts/cluster/mpirun.sh" 5 2 "$tm"
+expect fuzz.seconds_not_a_count 2 "^fuzz.sh: FUZZ_SECONDS must be an integer from 0 to 999999, got 'x'\$" \
+  one env FUZZ_SECONDS=x bash "$here/../../scripts/fuzz.sh" parse_spec
 # FUZZ_JOBS=0 made fuzz.sh's throttle spin for ever.
 expect fuzz.jobs_zero 2 "^fuzz.sh: FUZZ_JOBS must be an integer from 1 to 999, got '0'\$" \
   one env FUZZ_JOBS=0 bash "$here/../../scripts/fuzz.sh" parse_spec

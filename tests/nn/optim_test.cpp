@@ -143,8 +143,8 @@ TEST(Optim, GradientOrMomentOnAnotherMeshIsAnError) {
     opt.update(params, grads, state);
     FAIL() << "no error";
   } catch (const MeshError& e) {
-    EXPECT_EQ(std::string(e.what()), "optimizer: the gradient of 'w' on " + other.to_string() + " and the parameter on " +
-                                         mesh.to_string() + " live on different meshes");
+    EXPECT_EQ(std::string(e.what()), "optimizer: the gradient of 'w': operands 'w' on " + mesh.to_string() + " and 'w' on " +
+                                         other.to_string() + " live on different meshes");
   }
   ParamTree on_other;
   on_other.emplace("w", ShardedTensor::zeros(other, parse_spec("P(x)"), {8 * n}, DType::f32, "w"));

@@ -1,1 +1,0 @@
-train_mlp: --resume: no checkpoint in 'two'
