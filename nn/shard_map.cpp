@@ -13,6 +13,7 @@
 #include "core/env_settings.h"
 #include "core/error.h"
 #include "core/shape_scope.h"
+#include "mesh/agree.h"
 #include "nn/ops.h"
 #include "nn/spmd_frame.h"
 
@@ -188,6 +189,37 @@ void check_same_along(const Mesh& mesh, const Tensor& block, const std::string& 
   }
 }
 
+// Debug mode: every rank's body returned as many results, each with one dtype and one block
+// shape. Each rank infers a result's global shape from its own block, so ranks that disagree
+// would go on to collectives of different sizes (a hang, or another rank's bytes). Checked before
+// anything else reads the results, so that every rank throws the same error: rank 0's description
+// goes to every rank, and the first rank whose own differs names both.
+std::string describe_results(const std::vector<Var>& results, const Mesh& local, const Signature* sig) {
+  std::string text = std::to_string(results.size()) + (results.size() == 1 ? " result" : " results");
+  for (std::size_t k = 0; k < results.size(); ++k) {
+    const Var& r = results[k];
+    text += k == 0 ? ": " : ", ";
+    text += (sig && k < sig->outputs.size() ? result_label(sig, k) : "result " + std::to_string(k)) + " ";
+    if (!r.defined() || !(r.mesh() == local)) {
+      text += "not a local block";
+    } else {
+      text += std::string(dtype_name(r.dtype())) + shape_to_string(r.value().local().shape());
+    }
+  }
+  return text;
+}
+
+void agree_on_results(const Mesh& mesh, const Mesh& local, const std::vector<Var>& results, const Signature* sig) {
+  const std::string mine = describe_results(results, local, sig);
+  const std::string first = broadcast_string(mesh.comm(), mine, 0);
+  std::optional<std::string> error;
+  if (mine != first) {
+    error = "shard_map: the body's results differ from rank 0's (" + mine + " here, " + first +
+            " on rank 0); a result's block must have one dtype and shape on every rank";
+  }
+  agree_or_throw<ShapeError>(mesh.comm(), error);
+}
+
 std::vector<Var> shard_map_impl(const Mesh& mesh, const ShardMapBody& body, const std::vector<Spec>& in_specs,
                                 const std::vector<Spec>& out_specs, const std::vector<Var>& args,
                                 const ShardMapOptions& options, const Signature* sig) {
@@ -234,6 +266,8 @@ std::vector<Var> shard_map_impl(const Mesh& mesh, const ShardMapBody& body, cons
     NoTape record(false);  // the body's tape types its results, also inside remat's forward
     b->results = body(b->leaves);
   }
+  const bool debug_checks = check_replication_requested(options);
+  if (debug_checks) agree_on_results(mesh, b->local, b->results, sig);
   if (b->results.size() != out_specs.size()) {
     throw Error("shard_map: the body returned " + std::to_string(b->results.size()) + " results for " +
                 std::to_string(out_specs.size()) + " out_specs");
@@ -271,7 +305,7 @@ std::vector<Var> shard_map_impl(const Mesh& mesh, const ShardMapBody& body, cons
                       "' but its out_spec " + spec.to_string() +
                       " does not mention it (reduce it with psum or pmax, or name the axis in the spec)");
     }
-    if (check_replication_requested(options)) {
+    if (debug_checks) {
       for (const auto& axis : axes_of(shape, unmentioned(spec, shape))) check_same_along(mesh, block, axis, label, spec);
     }
     values.emplace_back(mesh, spec, global, block);

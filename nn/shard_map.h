@@ -38,8 +38,11 @@ using ShardMapBody = std::function<std::vector<Var>(const std::vector<Var>& bloc
 
 struct ShardMapOptions {
   // Compare each result across every mesh axis its out_spec leaves unmentioned (ShapeError on
-  // every rank naming the result and the axis when the blocks differ). Off by default, as in
-  // JAX's check_rep=False; the environment variable TESSERA_SHARD_MAP_CHECK=1 turns it on too.
+  // every rank naming the result and the axis when the blocks differ). First, every rank's results
+  // are compared with rank 0's in count, dtype and block shape (a body whose blocks differ from
+  // rank to rank would make the ranks infer different global shapes; ShapeError on every rank
+  // naming both). Off by default: each costs collectives on every call. The environment variable
+  // TESSERA_SHARD_MAP_CHECK=1 turns it on too.
   bool check_replication = false;
 };
 
