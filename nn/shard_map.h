@@ -14,6 +14,9 @@
 //              axis_index) pass that check; ShardMapOptions::check_replication compares the
 //              values themselves across the axis (two all-reduces per result and axis).
 //              A partial axis in s is allowed: the global value is the sum of the blocks.
+//              Every rank's results are compared with rank 0's in count, dtype and block shape
+//              (one 16-byte all-reduce per call): a body whose results differ from rank to rank
+//              is a ShapeError on every rank, naming rank 0's results and the first other rank's.
 //   gradients  shard_map is one taped op: its backward runs the body's tape with the output
 //              cotangent's block as seed. Collectives transpose as in spmd_collectives.h. The
 //              body's tape is typed as in JAX: a value varies over the axes its inputs are split
@@ -38,11 +41,8 @@ using ShardMapBody = std::function<std::vector<Var>(const std::vector<Var>& bloc
 
 struct ShardMapOptions {
   // Compare each result across every mesh axis its out_spec leaves unmentioned (ShapeError on
-  // every rank naming the result and the axis when the blocks differ). First, every rank's results
-  // are compared with rank 0's in count, dtype and block shape (a body whose blocks differ from
-  // rank to rank would make the ranks infer different global shapes; ShapeError on every rank
-  // naming both). Off by default: each costs collectives on every call. The environment variable
-  // TESSERA_SHARD_MAP_CHECK=1 turns it on too.
+  // every rank naming the result and the axis when the blocks differ). Off by default, as in
+  // JAX's check_rep=False; the environment variable TESSERA_SHARD_MAP_CHECK=1 turns it on too.
   bool check_replication = false;
 };
 

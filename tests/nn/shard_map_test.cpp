@@ -465,9 +465,9 @@ TEST(ShardMapErrors, ResultThatVariesOverAnUnmentionedAxis) {
 }
 
 // A body whose results differ from rank to rank (in count, dtype or block shape) would make the
-// ranks infer different global shapes and run collectives of different sizes. The debug check
-// agrees on them first: every rank throws the same error, naming rank 0's results and the first
-// other rank's. Without the check nothing is compared (no communication).
+// ranks infer different global shapes and run collectives of different sizes, or one rank throw
+// alone. Every call agrees on them first: every rank throws the same error, naming rank 0's
+// results and the first other rank's, with the debug check or without.
 TEST(ShardMapErrors, ResultsThatDifferFromRankToRank) {
   if (world_size() == 1) GTEST_SKIP() << "needs two ranks";
   BadInput s;
@@ -488,7 +488,7 @@ TEST(ShardMapErrors, ResultsThatDifferFromRankToRank) {
     return world_rank() == 0 ? std::vector<Var>{a[0]} : std::vector<Var>{a[0], a[0]};
   };
   expect_error<ShapeError>(
-      [&] { shard_map(s.mesh, by_rank_count, {rows}, {rows}, {s.x}, ShardMapOptions{true}); },
+      [&] { shard_map(s.mesh, by_rank_count, {rows}, {rows}, {s.x}); },
       "rank 1: shard_map: the body's results differ from rank 0's (2 results: result 0 f32[8, 16], result 1 "
       "f32[8, 16] here, 1 result: result 0 f32[8, 16] on rank 0); a result's block must have one dtype and shape "
       "on every rank");
@@ -500,7 +500,7 @@ TEST(ShardMapErrors, ResultsThatDifferFromRankToRank) {
     return std::vector<Var>{Var(ShardedTensor(a[0].mesh(), Spec::replicated(2), b.shape(), Tensor::zeros(b.shape(), DType::f64)))};
   };
   expect_error<ShapeError>(
-      [&] { shard_map(s.mesh, "x: f32[batch/data embed] -> y: f32[batch/data embed]", by_rank_dtype, {s.x}, ShardMapOptions{true}); },
+      [&] { shard_map(s.mesh, "x: f32[batch/data embed] -> y: f32[batch/data embed]", by_rank_dtype, {s.x}); },
       "rank 1: shard_map: the body's results differ from rank 0's (1 result: result 'y' f64[8, 16] here, 1 result: "
       "result 'y' f32[8, 16] on rank 0); a result's block must have one dtype and shape on every rank");
   // Alike on every rank: the check passes and the result is the input.
