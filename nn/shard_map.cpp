@@ -3,9 +3,13 @@
 #include "nn/shard_map.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
+#include <string>
 #include <unordered_map>
 
 #include "collectives/collectives.h"
@@ -13,6 +17,8 @@
 #include "core/env_settings.h"
 #include "core/error.h"
 #include "core/shape_scope.h"
+#include "mesh/agree.h"
+#include "mesh/mpi_check.h"
 #include "nn/ops.h"
 #include "nn/spmd_frame.h"
 
@@ -188,6 +194,43 @@ void check_same_along(const Mesh& mesh, const Tensor& block, const std::string& 
   }
 }
 
+// Every rank's body returned as many results, each with one dtype and one block shape. Each rank
+// infers a result's global shape from its own block, so ranks that disagree would go on to
+// collectives of different sizes (a hang, or another rank's bytes), or one rank would throw
+// alone (a count or a signature's local shape). Checked on every call, before anything else
+// reads the results: one all-reduce of a 64-bit hash of each rank's description (its maximum and
+// the maximum of its complement, so every rank sees whether all are equal). Only when they differ
+// does rank 0's description go to every rank, and the first rank whose own differs names both.
+std::string describe_results(const std::vector<Var>& results, const Mesh& local, const Signature* sig) {
+  std::string text = std::to_string(results.size()) + (results.size() == 1 ? " result" : " results");
+  for (std::size_t k = 0; k < results.size(); ++k) {
+    const Var& r = results[k];
+    text += k == 0 ? ": " : ", ";
+    text += (sig && k < sig->outputs.size() ? result_label(sig, k) : "result " + std::to_string(k)) + " ";
+    if (!r.defined() || !(r.mesh() == local)) {
+      text += "not a local block";
+    } else {
+      text += std::string(dtype_name(r.dtype())) + shape_to_string(r.value().local().shape());
+    }
+  }
+  return text;
+}
+
+void agree_on_results(const Mesh& mesh, const Mesh& local, const std::vector<Var>& results, const Signature* sig) {
+  const std::string mine = describe_results(results, local, sig);
+  const std::uint64_t hash = std::hash<std::string>{}(mine);
+  std::uint64_t most[2] = {hash, ~hash};
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, most, 2, MPI_UINT64_T, MPI_MAX, mesh.comm().handle()), "MPI_Allreduce");
+  if (most[0] == ~most[1]) return;  // the largest hash is the smallest: all alike
+  const std::string first = broadcast_string(mesh.comm(), mine, 0);
+  std::optional<std::string> error;
+  if (mine != first) {
+    error = "shard_map: the body's results differ from rank 0's (" + mine + " here, " + first +
+            " on rank 0); a result's block must have one dtype and shape on every rank";
+  }
+  agree_or_throw<ShapeError>(mesh.comm(), error);
+}
+
 std::vector<Var> shard_map_impl(const Mesh& mesh, const ShardMapBody& body, const std::vector<Spec>& in_specs,
                                 const std::vector<Spec>& out_specs, const std::vector<Var>& args,
                                 const ShardMapOptions& options, const Signature* sig) {
@@ -234,6 +277,7 @@ std::vector<Var> shard_map_impl(const Mesh& mesh, const ShardMapBody& body, cons
     NoTape record(false);  // the body's tape types its results, also inside remat's forward
     b->results = body(b->leaves);
   }
+  agree_on_results(mesh, b->local, b->results, sig);
   if (b->results.size() != out_specs.size()) {
     throw Error("shard_map: the body returned " + std::to_string(b->results.size()) + " results for " +
                 std::to_string(out_specs.size()) + " out_specs");

@@ -464,5 +464,50 @@ TEST(ShardMapErrors, ResultThatVariesOverAnUnmentionedAxis) {
       "(blocks differ by up to " + std::to_string(double(world_size() - 1)) + ")");
 }
 
+// A body whose results differ from rank to rank (in count, dtype or block shape) would make the
+// ranks infer different global shapes and run collectives of different sizes, or one rank throw
+// alone. Every call agrees on them first: every rank throws the same error, naming rank 0's
+// results and the first other rank's, with the debug check or without.
+TEST(ShardMapErrors, ResultsThatDifferFromRankToRank) {
+  if (world_size() == 1) GTEST_SKIP() << "needs two ranks";
+  BadInput s;
+  const Spec rows = parse_spec("P(data, None)");
+  // Rank r's block has 8 + min(r, 1) rows: rank 0 returns its input, the others one row more.
+  auto by_rank_shape = [](const std::vector<Var>& a) {
+    if (world_rank() == 0) return std::vector<Var>{a[0]};
+    const Shape shape{9, 16};
+    return std::vector<Var>{Var(ShardedTensor(a[0].mesh(), Spec::replicated(2), shape, Tensor::zeros(shape, DType::f32)))};
+  };
+  expect_error<ShapeError>(
+      [&] { shard_map(s.mesh, by_rank_shape, {rows}, {rows}, {s.x}, ShardMapOptions{true}); },
+      "rank 1: shard_map: the body's results differ from rank 0's (1 result: result 0 f32[9, 16] here, 1 result: "
+      "result 0 f32[8, 16] on rank 0); a result's block must have one dtype and shape on every rank");
+  // Another count of results on the ranks after 0: named before the count is checked against
+  // out_specs, which rank 0 alone would have passed.
+  auto by_rank_count = [](const std::vector<Var>& a) {
+    return world_rank() == 0 ? std::vector<Var>{a[0]} : std::vector<Var>{a[0], a[0]};
+  };
+  expect_error<ShapeError>(
+      [&] { shard_map(s.mesh, by_rank_count, {rows}, {rows}, {s.x}); },
+      "rank 1: shard_map: the body's results differ from rank 0's (2 results: result 0 f32[8, 16], result 1 "
+      "f32[8, 16] here, 1 result: result 0 f32[8, 16] on rank 0); a result's block must have one dtype and shape "
+      "on every rank");
+  // Typed: the signature's local check would have thrown on the ranks after 0 alone; the result is
+  // named as the signature names it.
+  auto by_rank_dtype = [](const std::vector<Var>& a) {
+    if (world_rank() == 0) return std::vector<Var>{a[0]};
+    const Tensor& b = a[0].value().local();
+    return std::vector<Var>{Var(ShardedTensor(a[0].mesh(), Spec::replicated(2), b.shape(), Tensor::zeros(b.shape(), DType::f64)))};
+  };
+  expect_error<ShapeError>(
+      [&] { shard_map(s.mesh, "x: f32[batch/data embed] -> y: f32[batch/data embed]", by_rank_dtype, {s.x}); },
+      "rank 1: shard_map: the body's results differ from rank 0's (1 result: result 'y' f64[8, 16] here, 1 result: "
+      "result 'y' f32[8, 16] on rank 0); a result's block must have one dtype and shape on every rank");
+  // Alike on every rank: the check passes and the result is the input.
+  auto same = [](const std::vector<Var>& a) { return std::vector<Var>{a[0]}; };
+  Var out = shard_map(s.mesh, same, {rows}, {rows}, {s.x}, ShardMapOptions{true})[0];
+  EXPECT_EQ(out.shape(), (Shape{8, 16}));
+}
+
 }  // namespace
 }  // namespace tessera::nn
