@@ -138,20 +138,26 @@ std::string read_file(const std::filesystem::path& path, std::int64_t room) {
     throw UsageError("--data: '" + path.string() + "' is not a readable file of at most " + std::to_string(kMaxDataBytes) +
                      " bytes");
   }
-  std::string bytes(static_cast<std::size_t>(st.st_size), '\0');
-  std::size_t done = 0;
-  std::string error = "it ended early";
-  while (done < bytes.size()) {
-    const ssize_t got = ::read(fd, bytes.data() + done, bytes.size() - done);
+  // Read to the end, not st_size bytes: a file whose size reads 0 (/proc/cpuinfo) has text (it was
+  // reported as "0 bytes"), and one that grows while it is read is taken as far as it has grown,
+  // up to `room` bytes.
+  std::string bytes;
+  bytes.reserve(static_cast<std::size_t>(st.st_size));
+  std::vector<char> buffer(1 << 16);
+  std::string error;
+  while (error.empty()) {
+    const ssize_t got = ::read(fd, buffer.data(), buffer.size());
     if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) {
-      if (got < 0) error = std::strerror(errno);
+    if (got < 0) error = std::strerror(errno);
+    if (got <= 0) break;
+    if (static_cast<std::int64_t>(bytes.size()) + got > room) {
+      error = "it grew past " + std::to_string(kMaxDataBytes) + " bytes while read";
       break;
     }
-    done += static_cast<std::size_t>(got);
+    bytes.append(buffer.data(), static_cast<std::size_t>(got));
   }
   ::close(fd);
-  if (done != bytes.size()) throw UsageError("--data: cannot read '" + path.string() + "': " + error);
+  if (!error.empty()) throw UsageError("--data: cannot read '" + path.string() + "': " + error);
   return bytes;
 }
 

@@ -96,6 +96,14 @@ finish() {
   done
 }
 
+# once NAME RC PATTERN one PROGRAM ARGS...: a case whose program runs as one process, with no MPI
+# job of this rank count (a script's or ckpt_tool's refusal): it runs at 2 ranks only, the count at
+# which every build runs the catalogue, not three times alike.
+once() {
+  [ "$ranks" -eq 2 ] || return 0
+  expect "$@"
+}
+
 # A mesh of this rank count with both of train_mlp's axes.
 mesh="data=1,model=$ranks"
 
@@ -148,7 +156,7 @@ expect env.shard_map_check_unknown 2 "^train_mlp: TESSERA_SHARD_MAP_CHECK must b
   mpi env TESSERA_SHARD_MAP_CHECK=yes "$tm" "${small[@]}"
 expect env.denormals_unknown 2 "^train_mlp: TESSERA_DENORMALS must be unset, flush or keep, got 'ftz'\$" \
   mpi env TESSERA_DENORMALS=ftz "$tm" "${small[@]}"
-expect env.local_bind_unknown 2 "^local.sh: TESSERA_LOCAL_BIND must be unset, auto or none, got 'core'\$" \
+once env.local_bind_unknown 2 "^local.sh: TESSERA_LOCAL_BIND must be unset, auto or none, got 'core'\$" \
   one env TESSERA_LOCAL_BIND=core bash "$launch" "$ranks" "$tm" "${small[@]}"
 if [ "$ranks" -ge 2 ]; then  # rank 0 alone keeps subnormals
   expect env.denormals_differ 2 \
@@ -254,40 +262,58 @@ expect bench_collectives.no_size_runs 2 \
   "^bench_collectives: no message size from --min 1 to --max 100 \\(powers of 4 from --min\\) splits into 64 floats per rank on $ranks ranks for --ops\$" \
   mpi "$apps/bench_collectives" --min 1 --max 100
 # scripts/scaling.sh refuses a bad command line before it runs anything.
-expect scaling.unknown_argument 2 "^scaling.sh: unknown argument '--bogus'" one bash "$here/../../scripts/scaling.sh" --bogus
-expect scaling.ranks_not_a_count 2 "^scaling.sh: --ranks: rank count must be an integer from 1 to 4096, got 'x'$" \
+once scaling.unknown_argument 2 "^scaling.sh: unknown argument '--bogus'" one bash "$here/../../scripts/scaling.sh" --bogus
+once scaling.ranks_not_a_count 2 "^scaling.sh: --ranks: rank count must be an integer from 1 to 4096, got 'x'$" \
   one bash "$here/../../scripts/scaling.sh" --ranks "1 x"
 # A count past int that mpirun would have truncated (4294967298 ran 2 ranks), and an --out that is a
 # directory, refused before anything runs.
-expect scaling.ranks_too_many 2 "^scaling.sh: --ranks: rank count must be an integer from 1 to 4096, got '4294967298'$" \
+once scaling.ranks_too_many 2 "^scaling.sh: --ranks: rank count must be an integer from 1 to 4096, got '4294967298'$" \
   one bash "$here/../../scripts/scaling.sh" --ranks 4294967298
-expect scaling.out_is_a_directory 2 "^scaling.sh: --out '$work' is a directory$" \
+once scaling.out_is_a_directory 2 "^scaling.sh: --out '$work' is a directory$" \
   one bash "$here/../../scripts/scaling.sh" --ranks 1 --out "$work"
 # The launchers check what mpirun's --quiet would hide: a program that is not there (exit code 132
 # and no message before), a rank count past int (4294967298 ran 2 ranks), a hostfile that is a
 # FIFO (awk waited for ever) or whose slots are not a count (exit 1, no message).
-expect launch.program_missing 2 "^local.sh: program '$apps/trian_mlp' does not exist\$" \
+once launch.program_missing 2 "^local.sh: program '$apps/trian_mlp' does not exist\$" \
   one bash "$launch" 2 "$apps/trian_mlp"
-expect launch.ranks_past_int 2 "^local.sh: rank count must be an integer from 1 to 4096, got '4294967298'\$" \
+once launch.ranks_past_int 2 "^local.sh: rank count must be an integer from 1 to 4096, got '4294967298'\$" \
   one bash "$launch" 4294967298 "$tm"
 mkfifo "$work/hostfile_fifo"
 printf 'localhost slots=abc\n' >"$work/hostfile_bad_slots"
-expect launch.hostfile_fifo 2 "^hostfile.sh: cannot read hostfile '$work/hostfile_fifo' \\(a readable regular file\\)\$" \
+once launch.hostfile_fifo 2 "^hostfile.sh: cannot read hostfile '$work/hostfile_fifo' \\(a readable regular file\\)\$" \
   one bash "$here/../../scripts/mpirun/hostfile.sh" "$work/hostfile_fifo" 2 "$tm"
-expect launch.hostfile_bad_slots 2 "^hostfile.sh: hostfile '$work/hostfile_bad_slots': line 1: slots=abc is not slots=N with N >= 1\$" \
+once launch.hostfile_bad_slots 2 "^hostfile.sh: hostfile '$work/hostfile_bad_slots': line 1: slots=abc is not slots=N with N >= 1\$" \
   one bash "$here/../../scripts/mpirun/hostfile.sh" "$work/hostfile_bad_slots" 2 "$tm"
 # scripts/cluster/mpirun.sh takes a HOSTS count of the hosts up (-1 took all but the last, 5 of 2
 # took 2), checked before it enters a host: a cluster directory with a hostfile of two hosts.
 mkdir -p "$work/cluster"
 printf 'host1 slots=4\nhost2 slots=4\n' >"$work/cluster/hostfile"
-expect cluster.hosts_more_than_up 2 "^mpirun.sh: HOSTS must be 1 to 2 \\(the hosts up\\), got '5'\$" \
+once cluster.hosts_more_than_up 2 "^mpirun.sh: HOSTS must be 1 to 2 \\(the hosts up\\), got '5'\$" \
   one env TESSERA_CLUSTER_DIR="$work/cluster" bash "$here/../../scripts/cluster/mpirun.sh" 5 2 "$tm"
-expect fuzz.seconds_not_a_count 2 "^fuzz.sh: FUZZ_SECONDS must be an integer from 0 to 999999, got 'x'\$" \
+once fuzz.seconds_not_a_count 2 "^fuzz.sh: FUZZ_SECONDS must be an integer from 0 to 999999, got 'x'\$" \
   one env FUZZ_SECONDS=x bash "$here/../../scripts/fuzz.sh" parse_spec
+# down.sh with TESSERA_CLUSTER_DIR naming a directory up.sh did not make: refused before anything is
+# torn down (it deleted the namespaces of the cluster that was up); the directory is left whole.
+mkdir -p "$work/user_dir"
+printf 'keep\n' >"$work/user_dir/notes"
+once cluster.down_not_a_cluster_dir 2 \
+  "^down.sh: '$work/user_dir' is not a cluster's directory \\(no \\.tessera-cluster, which up.sh writes\\): nothing torn down\$" \
+  one bash -c 'TESSERA_CLUSTER_DIR="$1" bash "$2"; rc=$?
+    [ "$(cat "$1/notes")" = keep ] || { echo "the directory lost its file" >&2; exit 9; }
+    exit $rc' _ "$work/user_dir" "$here/../../scripts/cluster/down.sh"
+# bench_torch_lm.py checks its command line before it imports PyTorch: the same refusal with it or
+# without (python3 here may have no PyTorch).
+once bench_torch_lm.steps_zero 2 '^bench_torch_lm.py: --steps must be >= 1, got 0$' \
+  one python3 "$here/../../scripts/bench_torch_lm.py" --steps 0
+once bench_torch_lm.heads_do_not_split 2 \
+  '^bench_torch_lm.py: --d-model 256 must split into --heads 3 of an even width \(rotary embeddings\)$' \
+  one python3 "$here/../../scripts/bench_torch_lm.py" --heads 3
+once bench_torch_lm.not_a_number 2 "^bench_torch_lm.py: argument --layers: invalid int value: 'x'\$" \
+  one python3 "$here/../../scripts/bench_torch_lm.py" --layers x
 # FUZZ_JOBS=0 made fuzz.sh's throttle spin for ever.
-expect fuzz.jobs_zero 2 "^fuzz.sh: FUZZ_JOBS must be an integer from 1 to 999, got '0'\$" \
+once fuzz.jobs_zero 2 "^fuzz.sh: FUZZ_JOBS must be an integer from 1 to 999, got '0'\$" \
   one env FUZZ_JOBS=0 bash "$here/../../scripts/fuzz.sh" parse_spec
-expect scaling.ranks_without_value 2 '^scaling.sh: --ranks needs a value$' one bash "$here/../../scripts/scaling.sh" --ranks
+once scaling.ranks_without_value 2 '^scaling.sh: --ranks needs a value$' one bash "$here/../../scripts/scaling.sh" --ranks
 expect bench_checkpoint.large_layers_zero 2 '^bench_checkpoint: --large-layers must be between 1 and 1024, got 0$' \
   mpi "$apps/bench_checkpoint" --large-layers 0
 expect bench_checkpoint.state_unknown 2 '--state: huge not in \{mlp,large,both\}' mpi "$apps/bench_checkpoint" --state huge
@@ -302,11 +328,11 @@ ck="$apps/ckpt_tool"
 mkdir -p "$work/empty_dir"
 printf 'not an hdf5 file\n' >"$work/text.h5"
 head -c 2000 "$good_file" >"$work/truncated.h5"
-expect ckpt_tool.no_subcommand 2 'A subcommand is required' one "$ck"
-expect ckpt_tool.missing_file 2 "ckpt_tool: .*'$work/nope.h5'" one "$ck" list "$work/nope.h5"
-expect ckpt_tool.empty_dir 2 "^ckpt_tool: list: directory '$work/empty_dir' holds no complete checkpoint \\(ckpt_<step>\\.h5\\)$" one "$ck" list "$work/empty_dir"
-expect ckpt_tool.not_hdf5 2 "'$work/text.h5'.*not an HDF5 file" one "$ck" verify "$work/text.h5"
-expect ckpt_tool.truncated 3 "'$work/truncated.h5'.*truncated file" one "$ck" list "$work/truncated.h5"
+once ckpt_tool.no_subcommand 2 'A subcommand is required' one "$ck"
+once ckpt_tool.missing_file 2 "ckpt_tool: .*'$work/nope.h5'" one "$ck" list "$work/nope.h5"
+once ckpt_tool.empty_dir 2 "^ckpt_tool: list: directory '$work/empty_dir' holds no complete checkpoint \\(ckpt_<step>\\.h5\\)$" one "$ck" list "$work/empty_dir"
+once ckpt_tool.not_hdf5 2 "'$work/text.h5'.*not an HDF5 file" one "$ck" verify "$work/text.h5"
+once ckpt_tool.truncated 3 "'$work/truncated.h5'.*truncated file" one "$ck" list "$work/truncated.h5"
 # Under mpirun every rank printed the whole report: one process reads the file.
 if [ "$ranks" -gt 1 ]; then
   expect ckpt_tool.under_mpirun 2 "^ckpt_tool: runs as one process \\(it reads the file itself\\), not on $ranks ranks: start it without mpirun\$" \
@@ -316,8 +342,8 @@ fi
 # (core/files.h), and none ever opens these. A metrics file that cannot be written is reported
 # and the run goes on without it (exit code 0).
 mkfifo "$work/fifo.h5" "$work/data_fifo" "$work/metrics_fifo"
-expect ckpt_tool.list_fifo 2 "^ckpt_tool: file '$work/fifo.h5' is a FIFO, not a regular file\$" one "$ck" list "$work/fifo.h5"
-expect ckpt_tool.verify_fifo 2 "^ckpt_tool: file '$work/fifo.h5' is a FIFO, not a regular file\$" one "$ck" verify "$work/fifo.h5"
+once ckpt_tool.list_fifo 2 "^ckpt_tool: file '$work/fifo.h5' is a FIFO, not a regular file\$" one "$ck" list "$work/fifo.h5"
+once ckpt_tool.verify_fifo 2 "^ckpt_tool: file '$work/fifo.h5' is a FIFO, not a regular file\$" one "$ck" verify "$work/fifo.h5"
 # bench_checkpoint works in a directory of its own inside --dir (tests/apps/bench_checkpoint_dir.sh).
 expect bench_checkpoint.dir_is_a_file 2 "^bench_checkpoint: (rank 0: )?--dir '$work/text.h5': cannot create: Not a directory\$" \
   mpi "$apps/bench_checkpoint" --mesh "$mesh" --dir "$work/text.h5"
@@ -357,7 +383,7 @@ expect resume.renamed_checkpoint 2 \
     [ "$(ls "$3")" = "$(printf "ckpt_00000002.h5\nckpt_00000009.h5")" ] || { echo "directory holds: $(ls "$3" | tr "\n" " ")" >&2; exit 9; }
     exit $rc' _ "$launch" "$ranks" "$work/renamed" "$tm" "${small[@]}" --steps 5 --save-every 1 --keep 2 --resume \
   --ckpt-dir "$work/renamed"
-expect ckpt_tool.verify_renamed 2 \
+once ckpt_tool.verify_renamed 2 \
   "^ckpt_tool: file '$work/renamed/ckpt_00000009.h5': attribute 'step' is 2 but the file's name is that of step 9" \
   one "$ck" verify "$work/renamed/ckpt_00000009.h5"
 
@@ -429,7 +455,7 @@ fi
 damage="$build/tests/apps/ckpt_damage"
 cp -r "$good" "$work/empty_sizes"
 "$damage" "$(ls "$work/empty_sizes"/ckpt_*.h5 | head -1)" empty-mesh-sizes >/dev/null
-expect ckpt_tool.empty_mesh_axis_sizes 2 "^ckpt_tool: .*attribute 'mesh_axis_sizes' has 0 values but 'mesh_axis_names' has 2$" \
+once ckpt_tool.empty_mesh_axis_sizes 2 "^ckpt_tool: .*attribute 'mesh_axis_sizes' has 0 values but 'mesh_axis_names' has 2$" \
   one "$ck" list "$(ls "$work/empty_sizes"/ckpt_*.h5 | head -1)"
 cp -r "$good" "$work/negative_count"
 "$damage" "$(ls "$work/negative_count"/ckpt_*.h5 | head -1)" count -5 >/dev/null
@@ -441,7 +467,7 @@ cp -r "$good" "$work/corrupt"
 "$damage" "$(ls "$work/corrupt"/ckpt_*.h5 | head -1)" flip-chunk params/DotReluDot_0/W2 >/dev/null
 expect resume.corrupt_chunk 3 "dataset '/params/DotReluDot_0/W2': data failed its Fletcher32 checksum \\(the file is corrupt\\)" \
   mpi "$tm" --mesh "$mesh" --depth 16 --layers 1 --batch 8 --quiet --steps 4 --resume --ckpt-dir "$work/corrupt"
-expect ckpt_tool.verify_corrupt_chunk 3 "^ckpt_tool: '$work/corrupt/ckpt_[0-9]+\\.h5' failed verification: 1 of [0-9]+ arrays$" one "$ck" verify "$work/corrupt"
+once ckpt_tool.verify_corrupt_chunk 3 "^ckpt_tool: '$work/corrupt/ckpt_[0-9]+\\.h5' failed verification: 1 of [0-9]+ arrays$" one "$ck" verify "$work/corrupt"
 finish
 echo "catalogue ($ranks ranks): $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
