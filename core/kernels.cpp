@@ -211,7 +211,7 @@ class FreshResultMapper {
 // written. Zeroing the whole of C first (`C.setZero()`) wrote it once more than the kernel's read
 // and write, and a C larger than L2 was read back from L3 or memory; zeroing each block just
 // before the kernel (the eleventh session's way) still wrote it twice and read it once
-// (docs/design.md, "Sixteenth session"). The same blocks, packing and kernel calls in the same
+// (docs/design-log.md, "Sixteenth session"). The same blocks, packing and kernel calls in the same
 // order as Eigen's own loop, which accumulates: the same bits (kernels_test,
 // GemmIntoAFreshResultHasTheBitsOfAnAccumulationIntoZeros).
 template <class T, int OrderA, int OrderB>
@@ -1342,7 +1342,7 @@ namespace {
 // Eigen's GEMM. Each has a side of d_head (16-128 in practice) and one of at most the sequence:
 // Eigen packed both operands of every product, the keys and values again for each block of query
 // rows, for a few multiply-adds per packed element, and ran them at about a third of the rate of
-// the transformer's other products (docs/design.md, "Seventeenth session").
+// the transformer's other products (docs/design-log.md, "Seventeenth session").
 
 // The keys query i of a block at global position q0 sees: 0 .. q0 + i, at most S.
 inline std::int64_t keys_seen(std::int64_t q0, std::int64_t i, std::int64_t S) { return std::min(S, q0 + i + 1); }

@@ -22,8 +22,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/mca_flags.sh"
 # bound to one of them in turn (rank r to the (r mod CPUs)-th), so that the ranks sharing a CPU
 # stay on it and keep its caches. The transformer's step on 8 ranks of 2 CPUs ran faster bound in
 # 13 of 14 interleaved pairs over three sessions on an Intel host (1-7%) and in 3 of 4 on a Zen 5
-# host (the fourth level), the MLP's level (docs/design.md, "Nineteenth session", "Twentieth
-# session"). Any other N stays unbound: ranks bound unevenly (10 on 8 CPUs: two CPUs
+# host (the fourth level), the MLP's level (docs/design-log.md, "Nineteenth session",
+# "Twentieth session"). Any other N stays unbound: ranks bound unevenly (10 on 8 CPUs: two CPUs
 # with two ranks each) would make the ranks of the fuller CPUs, and so the whole job, twice as
 # slow, where the scheduler shares the CPUs out. TESSERA_LOCAL_BIND=none leaves every launch unbound.
 cpus=$(nproc)

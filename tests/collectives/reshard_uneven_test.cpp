@@ -1,4 +1,5 @@
-// Reshard on uneven dimensions (docs/design.md, "Uneven dimensions"): every pair of specs,
+// Reshard on uneven dimensions (docs/design.md, "Semantics that must hold", 1: the block rule,
+// "Uneven collectives" and "Planning on uneven blocks"): every pair of specs,
 // partial sources and targets included, for tensors of extents 7, 10 and 13 (which no axis
 // product above 1 divides, so trailing blocks are short or empty) on every mesh of this rank
 // count. Each result's global value must equal the source's exactly, its block must be the one
