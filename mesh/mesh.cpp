@@ -28,6 +28,7 @@ void check_size(const MeshShape& shape, const Communicator& comm) {
 }  // namespace
 
 Mesh::Mesh(MeshShape shape, const Communicator& comm) {
+  require_mpi_running("Mesh");
   check_size(shape, comm);
   impl_ = std::make_shared<Impl>();
   impl_->comm = comm.dup();
@@ -36,6 +37,7 @@ Mesh::Mesh(MeshShape shape, const Communicator& comm) {
 }
 
 Mesh Mesh::create(MeshShape shape, const Communicator& comm) {
+  require_mpi_running("Mesh::create");
   check_size(shape, comm);
   // Number the nodes by the order of their first rank, then place node n's ranks at mesh
   // positions [n * L, (n + 1) * L): a contiguous row-major block, so the minor axes whose

@@ -19,6 +19,19 @@ void check_mpi(int rc, std::string_view call) {
   throw MpiError(std::string(call) + ": " + mpi_error_text(rc));
 }
 
+void require_mpi_running(std::string_view what) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);  // both may be called at any time, even outside MPI's lifetime
+  MPI_Finalized(&finalized);
+  if (!initialized) {
+    throw UsageError(std::string(what) + ": MPI is not initialised: create a tessera::Environment (or call MPI_Init) first");
+  }
+  if (finalized) {
+    throw UsageError(std::string(what) +
+                     ": MPI is finalised: the tessera::Environment was destroyed (or MPI_Finalize called) before this use");
+  }
+}
+
 MPI_Datatype mpi_datatype(DType dtype) {
   switch (dtype) {
     case DType::f32:
