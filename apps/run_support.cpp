@@ -4,6 +4,7 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -40,7 +41,54 @@ std::optional<std::string> claim_checkpoint_directory(const std::string& dir, bo
          "): --resume continues that run, --overwrite deletes them and starts over";
 }
 
-RunCheckpoints open_run_checkpoints(const Communicator& comm, const std::string& dir, bool resume, bool overwrite) {
+std::optional<std::string> config_value(const std::string& json, const std::string& key) {
+  const std::string name = "\"" + key + "\":";
+  std::size_t at = 0;
+  // A key's name follows '{' or ','; the same text inside a string value is not a key.
+  while ((at = json.find(name, at)) != std::string::npos && at > 0 && json[at - 1] != '{' && json[at - 1] != ',') ++at;
+  if (at == std::string::npos || at == 0) return std::nullopt;
+  std::size_t begin = at + name.size();
+  if (begin < json.size() && json[begin] == '"') {
+    std::string value;
+    for (std::size_t i = begin + 1; i < json.size(); ++i) {
+      if (json[i] == '\\' && i + 1 < json.size()) value += json[++i];
+      else if (json[i] == '"') return value;
+      else value += json[i];
+    }
+    return std::nullopt;  // an unterminated string
+  }
+  const std::size_t end = json.find_first_of(",}", begin);
+  return json.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+}
+
+namespace {
+
+// Rank 0's reason to refuse resuming from `file` with `config`, or nullopt.
+std::optional<std::string> resume_mismatch(const std::string& file, const ResumeConfig& config) {
+  std::string saved;
+  try {
+    saved = read_checkpoint_info(file).config;
+  } catch (const Error&) {
+    return std::nullopt;  // the restore names what is wrong with the file
+  }
+  std::vector<std::string> keys = {"program"};
+  keys.insert(keys.end(), config.keys.begin(), config.keys.end());
+  for (const std::string& key : keys) {
+    const auto then = config_value(saved, key), now = config_value(config.json, key);
+    if (!then || !now || *then == *now) continue;
+    if (key == "program") return "--resume: '" + file + "' was saved by " + *then + ", not by " + *now;
+    std::string flag = "--" + key;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    return "--resume: '" + file + "' was saved with " + flag + " " + *then + ", this run has " + flag + " " + *now +
+           ": a resume continues the saved model and its data (start a changed run in another --ckpt-dir)";
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+RunCheckpoints open_run_checkpoints(const Communicator& comm, const std::string& dir, bool resume, bool overwrite,
+                                    const ResumeConfig& config) {
   RunCheckpoints out;
   if (!dir.empty()) {
     out.lock = lock_checkpoint_directory(comm, dir);
@@ -57,6 +105,10 @@ RunCheckpoints open_run_checkpoints(const Communicator& comm, const std::string&
   if (resume) {
     out.resume_file = latest_checkpoint(dir);
     if (!out.resume_file) throw UsageError("--resume: no checkpoint in '" + dir + "'");
+    if (!config.json.empty()) {
+      const std::optional<std::string> mismatch = comm.rank() == 0 ? resume_mismatch(*out.resume_file, config) : std::nullopt;
+      if (auto message = broadcast_root_message(comm, mismatch)) throw UsageError(*message);
+    }
   }
   return out;
 }

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/mesh_shape.h"
 #include "io/directory_lock.h"
@@ -27,11 +28,29 @@ struct RunCheckpoints {
   std::optional<std::string> resume_file;
 };
 
+// What a resume must continue: the run's configuration as the program stores it in its
+// checkpoints (flat JSON: "key":value), and the keys of the flags that fix the model and its data
+// ("d_model" for --d-model). "program" is always compared.
+struct ResumeConfig {
+  std::string json;
+  std::vector<std::string> keys;
+};
+
 // Collective: locks `dir`, applies the fresh-run rule on rank 0 (claim_checkpoint_directory)
 // and agrees on its outcome (a refusal is a UsageError on every rank), and with `resume` finds
-// the latest checkpoint (UsageError "--resume: no checkpoint in 'DIR'" when there is none). An
-// empty `dir` gives no lock and no checkpoint.
-RunCheckpoints open_run_checkpoints(const Communicator& comm, const std::string& dir, bool resume, bool overwrite);
+// the latest checkpoint (UsageError "--resume: no checkpoint in 'DIR'" when there is none) and
+// compares the configuration stored in it with `config`'s: a flag of `config.keys` whose value
+// differs is a UsageError on every rank naming the flag and both values, before anything is
+// restored or written (a resume with fewer --layers restored the layers it had and its first save
+// dropped the others). A key the file does not hold (an older writer) is not compared, and a file
+// whose configuration cannot be read is left to the restore's own checks. An empty `dir` gives no
+// lock and no checkpoint.
+RunCheckpoints open_run_checkpoints(const Communicator& comm, const std::string& dir, bool resume, bool overwrite,
+                                    const ResumeConfig& config = {});
+
+// The value of `key` in flat JSON text, as written: a string's characters without its quotes,
+// another value's text; nullopt when the key is not there.
+std::optional<std::string> config_value(const std::string& json, const std::string& key);
 
 // The transformer's sizes that its memory per rank depends on (train_lm, bench_train --model lm).
 struct LmSizes {

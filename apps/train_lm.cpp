@@ -342,7 +342,10 @@ int run(const Options& o, int world_rank) {
   const Splits splits = split_text(text, o.seq_len, source);
 
   // Held until the run ends: rank 0's lock on the directory and the checkpoint to resume from.
-  const apps::RunCheckpoints checkpoints = apps::open_run_checkpoints(mesh.comm(), o.ckpt_dir, o.resume, o.overwrite);
+  // A resume continues the saved model and its data: these flags must be the checkpoint's.
+  const apps::RunCheckpoints checkpoints = apps::open_run_checkpoints(
+      mesh.comm(), o.ckpt_dir, o.resume, o.overwrite,
+      {config_json(o), {"layers", "d_model", "heads", "d_ff", "scan", "seq_len", "batch", "seed"}});
   const std::optional<std::string>& resume_file = checkpoints.resume_file;
   if (root) {
     std::cout << "train_lm: " << mesh.to_string() << " over " << mesh.size() << " ranks\n"

@@ -178,7 +178,10 @@ int run(const Options& o, int world_rank) {
   const apps::SyntheticData data(data_config, mesh, rules);
 
   // Held until the run ends: rank 0's lock on the directory and the checkpoint to resume from.
-  const apps::RunCheckpoints checkpoints = apps::open_run_checkpoints(mesh.comm(), o.ckpt_dir, o.resume, o.overwrite);
+  // A resume continues the saved model and its data: these flags must be the checkpoint's.
+  const apps::RunCheckpoints checkpoints = apps::open_run_checkpoints(
+      mesh.comm(), o.ckpt_dir, o.resume, o.overwrite,
+      {config_json(o), {"layers", "depth", "scan", "loss", "input", "examples", "seed", "batch"}});
   const std::optional<std::string>& resume_file = checkpoints.resume_file;
 
   if (root) {
@@ -193,8 +196,12 @@ int run(const Options& o, int world_rank) {
 
   const nn::Optimizer optimizer = nn::adam(o.lr);
   nn::TrainState state = nn::create_train_state(nn::init_params(infos, mesh, o.seed), optimizer);
+  // The step a resume restored is saved already: a run with nothing left to train writes nothing
+  // (it rewrote the file it had restored).
+  std::int64_t last_saved = -1;
   if (resume_file) {
     restore_train_state_into(*resume_file, state);
+    last_saved = state.step;
     if (root) std::cout << "resumed from " << *resume_file << " at step " << state.step << "\n\n";
   }
   const std::string pictures = first_picture(state.params, "Dense_0/kernel") + first_picture(state.params, "W2");
@@ -217,7 +224,6 @@ int run(const Options& o, int world_rank) {
 
   // Rank 0 writes the metrics; the others pass no file.
   apps::MetricsFile metrics("train_mlp", root ? o.metrics : std::string(), resume_file.has_value());
-  std::int64_t last_saved = -1;
   nn::StepTimes times;
   step_options.times = &times;
   apps::RunProfile run_profile;

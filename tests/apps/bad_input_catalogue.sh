@@ -368,8 +368,23 @@ expect resume.not_hdf5 2 "'$work/resume_text/ckpt_00000005.h5'.*not an HDF5 file
 expect resume.empty_dir 2 "train_mlp: --resume: no checkpoint in '$work/empty_dir'" \
   mpi "$tm" "${small[@]}" --resume --ckpt-dir "$work/empty_dir"
 cp -r "$good" "$work/other_model"
-expect resume.other_model 2 "global shape is \\[16, 16\\] in the file, \\[32, 32\\] wanted" \
+# A resume continues the saved model and its data: a flag that fixes them and differs from the
+# checkpoint's configuration is refused before anything is restored or written. With fewer
+# --layers the restore took the layers it had and the first save dropped the others (the check
+# after the run: the file is as it was); with another --depth the restore named a shape.
+expect resume.other_model 2 \
+  "^train_mlp: --resume: '$work/other_model/ckpt_00000002.h5' was saved with --depth 16, this run has --depth 32: a resume continues the saved model and its data \\(start a changed run in another --ckpt-dir\\)\$" \
   mpi "$tm" --mesh "$mesh" --depth 32 --layers 1 --batch 8 --quiet --steps 4 --resume --ckpt-dir "$work/other_model"
+bash "$launch" 1 "$tm" --mesh data=1,model=1 --depth 16 --layers 2 --batch 8 --steps 2 --quiet --ckpt-dir "$work/two_layers" \
+  >"$work/fixture2.log" 2>&1 || { echo "FAIL: could not make the two-layer fixture"; cat "$work/fixture2.log"; exit 1; }
+expect resume.fewer_layers 2 \
+  "^train_mlp: --resume: '$work/two_layers/ckpt_00000002.h5' was saved with --layers 2, this run has --layers 1: a resume continues" \
+  one bash -c 'sum=$(md5sum <"$3/ckpt_00000002.h5"); bash "$1" "$2" "${@:4}"; rc=$?
+    [ "$(md5sum <"$3/ckpt_00000002.h5")" = "$sum" ] || { echo "the checkpoint changed" >&2; exit 9; }
+    exit $rc' _ "$launch" "$ranks" "$work/two_layers" "$tm" "${small[@]}" --steps 4 --resume --ckpt-dir "$work/two_layers"
+cp -r "$good" "$work/other_program"
+expect resume.other_program 2 "^train_lm: --resume: '$work/other_program/ckpt_00000002.h5' was saved by train_mlp, not by train_lm\$" \
+  mpi "$apps/train_lm" "${tiny_lm[@]}" --data "$work/small_text" --steps 4 --resume --ckpt-dir "$work/other_program"
 # A checkpoint renamed to a later step's name: the directory orders checkpoints by name, so it
 # would be resumed from as the newest, and the resumed run's saves (--keep 2) would prune the
 # checkpoints of the steps between. Refused; the directory is left as it was (the check after the

@@ -14,4 +14,14 @@ if ! diff <(losses "$work/straight.jsonl") <(losses "$work/resumed.jsonl"); then
   echo "FAIL: the resumed run's losses differ from the uninterrupted run's" >&2
   exit 1
 fi
-echo "ok: 12 losses identical, straight and resumed at step 6"
+# A resume with nothing left to train (--steps at the checkpoint's step, or below) writes nothing:
+# train_mlp rewrote the file it had restored, with the new run's settings (until the
+# twenty-third session).
+latest="$work/ckpt/$(cat "$work/ckpt/latest")"
+before=$(md5sum <"$latest")
+out=$("$@" --steps 12 --ckpt-dir "$work/ckpt" --resume) || { echo "FAIL: resume with nothing to train" >&2; exit 1; }
+if grep -q '^saved ' <<<"$out" || [ "$(md5sum <"$latest")" != "$before" ]; then
+  echo "FAIL: a resume with nothing to train wrote its checkpoint again" >&2
+  exit 1
+fi
+echo "ok: 12 losses identical, straight and resumed at step 6; a resume with nothing to train writes nothing"
