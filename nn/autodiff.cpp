@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/kernels.h"
 #include "nn/var.h"
+#include "nn/propagation.h"
 
 namespace tessera::nn {
 
@@ -199,6 +200,11 @@ std::vector<std::optional<ShardedTensor>> gradients(const Var& y, const ShardedT
     throw ShapeError("gradients: seed of shape " + shape_to_string(seed.global_shape()) + " for an output of shape " +
                      shape_to_string(y.shape()));
   }
+  if (y.defined()) check_same_mesh(y.value(), seed, "gradients");
+  if (seed.dtype() != y.dtype()) {
+    throw DTypeError("gradients: seed of dtype " + std::string(dtype_name(seed.dtype())) + " for an output of dtype " +
+                     std::string(dtype_name(y.dtype())));
+  }
   std::vector<std::optional<ShardedTensor>> out(wrt.size());
   if (!y.requires_grad()) return out;
   // Topological order by iterative depth-first search (tapes of deep models overflow recursion).
@@ -266,18 +272,29 @@ std::vector<std::optional<ShardedTensor>> gradients(const Var& y, const ShardedT
     Accumulator sink(grads, unwritten, *node, keep_raw, handover);
     node->backward(g, sink);
   }
+  // A variable listed more than once gets its gradient at every place (copies; the last place
+  // takes the cotangent itself; the first place alone was filled, the others left empty).
+  std::unordered_map<const Node*, std::size_t> last_place;
+  for (std::size_t i = 0; i < wrt.size(); ++i) last_place[wrt[i].node().get()] = i;
   for (std::size_t i = 0; i < wrt.size(); ++i) {
     Node* node = wrt[i].node().get();
     auto found = grads.find(node);
     if (found == grads.end() || !found->second) continue;
     complete(unwritten, node, *found->second);
-    out[i] = returned_cotangent(*node, std::move(*found->second), keep_raw);
+    out[i] = returned_cotangent(*node, last_place[node] == i ? std::move(*found->second) : ShardedTensor(*found->second),
+                                keep_raw);
   }
   return out;
 }
 
 std::vector<std::optional<ShardedTensor>> gradients(const Var& y, const std::vector<Var>& wrt,
                                                     const GradOptions& options) {
+  // As JAX's grad: the gradient of a scalar. Another output needs its seed (the other overload);
+  // a seed of ones here summed the output in silence.
+  if (y.defined() && y.ndim() != 0) {
+    throw ShapeError("gradients: the output has shape " + shape_to_string(y.shape()) +
+                     ", not a scalar's []; pass a seed of its shape for a vector-Jacobian product");
+  }
   Spec replicated = y.spec().without_partial();
   auto seed = ShardedTensor::from_fn(
       y.mesh(), replicated, y.shape(), y.dtype(), [](std::int64_t) { return 1.0; }, "seed");

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
@@ -14,6 +15,7 @@
 
 #include "collectives/collectives.h"
 #include "collectives/reshard.h"
+#include "core/checked.h"
 #include "core/env_settings.h"
 #include "core/error.h"
 #include "core/shape_scope.h"
@@ -197,10 +199,16 @@ void check_same_along(const Mesh& mesh, const Tensor& block, const std::string& 
 // Every rank's body returned as many results, each with one dtype and one block shape. Each rank
 // infers a result's global shape from its own block, so ranks that disagree would go on to
 // collectives of different sizes (a hang, or another rank's bytes), or one rank would throw
-// alone (a count or a signature's local shape). Checked on every call, before anything else
-// reads the results: one all-reduce of a 64-bit hash of each rank's description (its maximum and
-// the maximum of its complement, so every rank sees whether all are equal). Only when they differ
-// does rank 0's description go to every rank, and the first rank whose own differs names both.
+// alone (a count or a signature's local shape). And a body that threw a tessera::Error on some
+// ranks only (a check of its own, or an op's on this rank's block: embed's token ids inside a body
+// agree over the body's one-rank mesh) left the others waiting here. Checked on every call,
+// before anything else reads the results: one all-reduce of a 64-bit hash of each rank's
+// description (its maximum and the maximum of its complement, so every rank sees whether all are
+// equal) and of flags for a body that threw and one that returned. Where every rank's body threw,
+// each rank's own error stands; only when they differ does more go over the wire:
+// the first failing rank's error (its message and its type) to every rank, or rank 0's
+// description, the first differing rank naming both. A body that throws on some ranks while
+// others are inside one of its collectives still hangs them there.
 std::string describe_results(const std::vector<Var>& results, const Mesh& local, const Signature* sig) {
   std::string text = std::to_string(results.size()) + (results.size() == 1 ? " result" : " results");
   for (std::size_t k = 0; k < results.size(); ++k) {
@@ -216,19 +224,73 @@ std::string describe_results(const std::vector<Var>& results, const Mesh& local,
   return text;
 }
 
-void agree_on_results(const Mesh& mesh, const Mesh& local, const std::vector<Var>& results, const Signature* sig) {
-  const std::string mine = describe_results(results, local, sig);
+// A tessera::Error's type as a number, and back: every rank rethrows the failing rank's type.
+enum class ErrorKind : int { error, spec, shape, dtype, rule, mesh, mpi, io, integrity, usage, overflow };
+
+ErrorKind kind_of(const Error& e) {
+  if (dynamic_cast<const IntegrityError*>(&e)) return ErrorKind::integrity;
+  if (dynamic_cast<const IoError*>(&e)) return ErrorKind::io;
+  if (dynamic_cast<const SpecError*>(&e)) return ErrorKind::spec;
+  if (dynamic_cast<const ShapeError*>(&e)) return ErrorKind::shape;
+  if (dynamic_cast<const DTypeError*>(&e)) return ErrorKind::dtype;
+  if (dynamic_cast<const RuleError*>(&e)) return ErrorKind::rule;
+  if (dynamic_cast<const MeshError*>(&e)) return ErrorKind::mesh;
+  if (dynamic_cast<const MpiError*>(&e)) return ErrorKind::mpi;
+  if (dynamic_cast<const UsageError*>(&e)) return ErrorKind::usage;
+  if (dynamic_cast<const OverflowError*>(&e)) return ErrorKind::overflow;
+  return ErrorKind::error;
+}
+
+[[noreturn]] void throw_kind(ErrorKind kind, const std::string& message) {
+  switch (kind) {
+    case ErrorKind::spec: throw SpecError(message);
+    case ErrorKind::shape: throw ShapeError(message);
+    case ErrorKind::dtype: throw DTypeError(message);
+    case ErrorKind::rule: throw RuleError(message);
+    case ErrorKind::mesh: throw MeshError(message);
+    case ErrorKind::mpi: throw MpiError(message);
+    case ErrorKind::io: throw IoError(message);
+    case ErrorKind::integrity: throw IntegrityError(message);
+    case ErrorKind::usage: throw UsageError(message);
+    case ErrorKind::overflow: throw OverflowError(message);
+    case ErrorKind::error: break;
+  }
+  throw Error(message);
+}
+
+// What the body did on this rank: its results, or the error it threw.
+struct BodyOutcome {
+  std::vector<Var> results;
+  std::optional<std::string> error;
+  ErrorKind kind = ErrorKind::error;
+  std::exception_ptr thrown;
+};
+
+void agree_on_results(const Mesh& mesh, const Mesh& local, const BodyOutcome& outcome, const Signature* sig) {
+  const Communicator& comm = mesh.comm();
+  const std::string mine = outcome.error ? std::string() : describe_results(outcome.results, local, sig);
   const std::uint64_t hash = std::hash<std::string>{}(mine);
-  std::uint64_t most[2] = {hash, ~hash};
-  check_mpi(MPI_Allreduce(MPI_IN_PLACE, most, 2, MPI_UINT64_T, MPI_MAX, mesh.comm().handle()), "MPI_Allreduce");
+  std::uint64_t most[4] = {hash, ~hash, outcome.error ? 1u : 0u, outcome.error ? 0u : 1u};
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, most, 4, MPI_UINT64_T, MPI_MAX, comm.handle()), "MPI_Allreduce");
+  // Every rank's body threw (a check on replicated facts): each rank's own error stands, as it was.
+  if (most[3] == 0) std::rethrow_exception(outcome.thrown);
+  if (most[2] != 0) {
+    int first = outcome.error ? comm.rank() : comm.size();
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm.handle()), "MPI_Allreduce");
+    int kind = static_cast<int>(outcome.kind);
+    check_mpi(MPI_Bcast(&kind, 1, MPI_INT, first, comm.handle()), "MPI_Bcast");
+    const std::string message = broadcast_string(comm, outcome.error.value_or(std::string()), first);
+    throw_kind(static_cast<ErrorKind>(kind),
+               comm.size() > 1 ? "rank " + std::to_string(first) + ": " + message : message);
+  }
   if (most[0] == ~most[1]) return;  // the largest hash is the smallest: all alike
-  const std::string first = broadcast_string(mesh.comm(), mine, 0);
+  const std::string first = broadcast_string(comm, mine, 0);
   std::optional<std::string> error;
   if (mine != first) {
     error = "shard_map: the body's results differ from rank 0's (" + mine + " here, " + first +
             " on rank 0); a result's block must have one dtype and shape on every rank";
   }
-  agree_or_throw<ShapeError>(mesh.comm(), error);
+  agree_or_throw<ShapeError>(comm, error);
 }
 
 std::vector<Var> shard_map_impl(const Mesh& mesh, const ShardMapBody& body, const std::vector<Spec>& in_specs,
@@ -272,12 +334,20 @@ std::vector<Var> shard_map_impl(const Mesh& mesh, const ShardMapBody& body, cons
     frame.rules[leaf.node().get()] = {detail::axis_mask(shape, b->in_specs[i].used_axes()), 0, static_cast<int>(i)};
     b->leaves.push_back(leaf);
   }
+  BodyOutcome outcome;
   {
     detail::FrameGuard guard(frame);
     NoTape record(false);  // the body's tape types its results, also inside remat's forward
-    b->results = body(b->leaves);
+    try {
+      outcome.results = body(b->leaves);
+    } catch (const Error& e) {
+      outcome.error = e.what();
+      outcome.kind = kind_of(e);
+      outcome.thrown = std::current_exception();
+    }
   }
-  agree_on_results(mesh, b->local, b->results, sig);
+  agree_on_results(mesh, b->local, outcome, sig);
+  b->results = std::move(outcome.results);
   if (b->results.size() != out_specs.size()) {
     throw Error("shard_map: the body returned " + std::to_string(b->results.size()) + " results for " +
                 std::to_string(out_specs.size()) + " out_specs");

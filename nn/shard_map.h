@@ -15,8 +15,12 @@
 //              values themselves across the axis (two all-reduces per result and axis).
 //              A partial axis in s is allowed: the global value is the sum of the blocks.
 //              Every rank's results are compared with rank 0's in count, dtype and block shape
-//              (one 16-byte all-reduce per call): a body whose results differ from rank to rank
+//              (one 32-byte all-reduce per call): a body whose results differ from rank to rank
 //              is a ShapeError on every rank, naming rank 0's results and the first other rank's.
+//              A body that throws a tessera::Error on some ranks only is that error on every rank
+//              (its type; the message prefixed "rank R: ", R the first rank that threw); where
+//              every rank's body throws, each rank's own error stands. A body that throws while
+//              other ranks are inside one of its collectives leaves them there.
 //   gradients  shard_map is one taped op: its backward runs the body's tape with the output
 //              cotangent's block as seed. Collectives transpose as in spmd_collectives.h. The
 //              body's tape is typed as in JAX: a value varies over the axes its inputs are split

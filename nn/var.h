@@ -160,11 +160,12 @@ struct GradOptions {
   std::function<void(std::size_t index, RowGradient& grad)> ready_rows;
 };
 
-// Cotangents of `wrt` for the output `y` seeded with `seed` (same shape as y). Entries are
-// nullopt for variables y does not depend on.
+// Cotangents of `wrt` for the output `y` seeded with `seed` (same shape, dtype and mesh as y).
+// Entries are nullopt for variables y does not depend on; a variable listed twice gets its
+// gradient at both places.
 std::vector<std::optional<ShardedTensor>> gradients(const Var& y, const ShardedTensor& seed, const std::vector<Var>& wrt,
                                                     const GradOptions& options = {});
-// Gradients of a scalar y (seed 1).
+// Gradients of a scalar y (seed 1); another output is a ShapeError (pass its seed above).
 std::vector<std::optional<ShardedTensor>> gradients(const Var& y, const std::vector<Var>& wrt,
                                                     const GradOptions& options = {});
 

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "tests/collectives/expect_error.h"
 #include "tests/nn/nn_test_util.h"
 #include "tests/nn/op_cases.h"
 
@@ -71,6 +72,40 @@ TEST(GradCheck, SharedInputAccumulates) {
   auto grads = gradients(sum(add(mul(a, a), a)), {a});
   Tensor g = grads[0]->to_global();
   for (int i = 0; i < 5; ++i) EXPECT_NEAR(g.at(i), 2 * x.at(i) + 1, 1e-12);
+}
+
+// A variable listed twice gets its gradient at both places (the second was an empty tensor).
+TEST(GradCheck, VariableListedTwiceGetsItsGradientTwice) {
+  Mesh mesh = self_mesh();
+  Tensor x = test_values({4}, 5);
+  Var a(ShardedTensor::from_global(mesh, Spec(), x), true);
+  auto grads = gradients(sum(square(a)), {a, a});
+  ASSERT_TRUE(grads[0].has_value() && grads[1].has_value());
+  const Tensor g0 = grads[0]->to_global(), g1 = grads[1]->to_global();
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_NEAR(g0.at(i), 2 * x.at(i), 1e-12);
+    EXPECT_EQ(g1.at(i), g0.at(i));
+  }
+}
+
+// The seed-less form takes a scalar output, as JAX's grad (a seed of ones summed a vector output in
+// silence); an explicit seed must have the output's mesh and dtype.
+TEST(GradCheck, OutputAndSeedAreChecked) {
+  Mesh mesh = self_mesh();
+  Var a(ShardedTensor::from_global(mesh, Spec(), test_values({4}, 6)), true);
+  testing_support::expect_error<ShapeError>(
+      [&] { gradients(square(a), {a}); },
+      "gradients: the output has shape [4], not a scalar's []; pass a seed of its shape for a vector-Jacobian product");
+  Var y = square(a);
+  testing_support::expect_error<DTypeError>(
+      [&] { gradients(y, ShardedTensor::zeros(mesh, Spec(), {4}, DType::f32), {a}); },
+      "gradients: seed of dtype f32 for an output of dtype f64");
+  Mesh other = self_mesh();
+  testing_support::expect_error<MeshError>(
+      [&] { gradients(y, ShardedTensor::zeros(other, Spec(), {4}, DType::f64), {a}); },
+      "gradients: operands '' on " + mesh.to_string() + " and '' on " + other.to_string() + " live on different meshes");
+  auto grads = gradients(y, ShardedTensor::from_global(mesh, Spec(), Tensor::full({4}, 1.0, DType::f64)), {a});
+  EXPECT_TRUE(grads[0].has_value());
 }
 
 // A stacked variable's cotangent built slab by slab (take_layer's backward, GradSink::add_slab):

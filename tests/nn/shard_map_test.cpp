@@ -15,6 +15,7 @@
 #include "collectives/comm_stats.h"
 #include "core/error.h"
 #include "nn/einsum.h"
+#include "nn/embedding.h"
 #include "models/mlp.h"
 #include "nn/ops.h"
 #include "nn/shard_map.h"
@@ -507,6 +508,37 @@ TEST(ShardMapErrors, ResultsThatDifferFromRankToRank) {
   auto same = [](const std::vector<Var>& a) { return std::vector<Var>{a[0]}; };
   Var out = shard_map(s.mesh, same, {rows}, {rows}, {s.x}, ShardMapOptions{true})[0];
   EXPECT_EQ(out.shape(), (Shape{8, 16}));
+}
+
+// A body that throws on some ranks only: every rank throws that error (its type and message,
+// with the first failing rank named), where the others waited in the results' agreement for ever.
+// Where every rank's body throws, each rank's own error stands, as before.
+TEST(ShardMapErrors, BodyThatThrowsOnSomeRanks) {
+  if (world_size() == 1) GTEST_SKIP() << "needs two ranks";
+  BadInput s;
+  const Spec rows = parse_spec("P(data, None)");
+  auto on_rank_1 = [](const std::vector<Var>& a) {
+    if (world_rank() == 1) throw DTypeError("the body's check failed on rank 1");
+    return std::vector<Var>{a[0]};
+  };
+  expect_error<DTypeError>([&] { shard_map(s.mesh, on_rank_1, {rows}, {rows}, {s.x}); },
+                           "rank 1: the body's check failed on rank 1");
+  // An op's own agreement inside a body covers the body's one-rank mesh only: a token id outside
+  // the vocabulary in rank 1's block (embed's check) is now every rank's error.
+  Tensor ids = Tensor::zeros({2 * world_size()}, DType::i32);
+  ids.data<std::int32_t>()[3] = 99;  // rank 1's block holds elements 2 and 3
+  const ShardedTensor tokens = ShardedTensor::from_global(s.mesh, parse_spec("P(model)"), ids);
+  Var table(ShardedTensor::zeros(s.mesh, parse_spec("P(None, None)"), {16, 8}, DType::f32, "table"), true);
+  auto lookup = [&](const std::vector<Var>& a) {
+    ShardedTensor block(a[0].mesh(), parse_spec("P(None)"), tokens.local().shape(), tokens.local());
+    return std::vector<Var>{embed(a[0], block)};
+  };
+  expect_error<ShapeError>(
+      [&] { shard_map(s.mesh, lookup, {parse_spec("P(None, None)")}, {parse_spec("P(None, None)")}, {table}); },
+      "rank 1: embed: token id 99 in '' [2] P(None) is outside the vocabulary [0, 16) of '' [16, 8] P(None, None)");
+  // On every rank alike: each rank's own error, unprefixed.
+  auto everywhere = [](const std::vector<Var>&) -> std::vector<Var> { throw SpecError("the body's check failed"); };
+  expect_error<SpecError>([&] { shard_map(s.mesh, everywhere, {rows}, {rows}, {s.x}); }, "the body's check failed");
 }
 
 }  // namespace
