@@ -245,6 +245,8 @@ std::int64_t block_extent(std::int64_t n, std::int64_t s, std::int64_t i) {
 }
 
 std::vector<std::int64_t> block_extents(std::int64_t n, std::int64_t s) {
+  // A negative count made a vector of 2^64 - 1 elements (std::length_error).
+  if (s < 1) throw SpecError("block_extents: a dimension splits into 1 block or more, not " + std::to_string(s));
   std::vector<std::int64_t> out(static_cast<std::size_t>(s));
   for (std::int64_t i = 0; i < s; ++i) out[static_cast<std::size_t>(i)] = block_extent(n, s, i);
   return out;

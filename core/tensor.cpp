@@ -95,7 +95,8 @@ Tensor Tensor::reshaped(Shape shape) const& {
 }
 
 Tensor Tensor::reshaped(Shape shape) && {
-  if (tessera::numel(shape) != numel_) {
+  // Negative extents whose product matched passed ([2, 3] as [-2, -3]).
+  if (std::any_of(shape.begin(), shape.end(), [](std::int64_t d) { return d < 0; }) || tessera::numel(shape) != numel_) {
     throw ShapeError("Tensor::reshaped: cannot view " + shape_to_string(shape_) + " as " + shape_to_string(shape));
   }
   Tensor out(std::move(*this));

@@ -123,6 +123,15 @@ TEST(Spec, BlockRuleIsCeilDivision) {
   EXPECT_EQ(block_extents(3, 8), (std::vector<std::int64_t>{1, 1, 1, 0, 0, 0, 0, 0}));
   EXPECT_EQ(block_extents(1000, 3), (std::vector<std::int64_t>{334, 334, 332}));
   EXPECT_EQ(block_extents(0, 2), (std::vector<std::int64_t>{0, 0}));
+  // A count below 1 is refused (-1 asked for a vector of 2^64 - 1 extents: std::length_error).
+  for (std::int64_t s : {0, -1}) {
+    try {
+      (void)block_extents(5, s);
+      ADD_FAILURE() << "block_extents(5, " << s << ") returned";
+    } catch (const SpecError& e) {
+      EXPECT_EQ(std::string(e.what()), "block_extents: a dimension splits into 1 block or more, not " + std::to_string(s));
+    }
+  }
   EXPECT_EQ(block_begin(10, 4, 3), 9);
   EXPECT_EQ(block_begin(3, 8, 7), 3);
   // Near 2^63 the rule holds without wrapping (n + s - 1 did: a negative block).

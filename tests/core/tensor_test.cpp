@@ -118,6 +118,13 @@ TEST(Tensor, ReshapeAndAstype) {
   Tensor r = t.reshaped({3, 2});
   EXPECT_EQ(r.shape(), (Shape{3, 2}));
   EXPECT_THROW(t.reshaped({4}), ShapeError);
+  // Negative extents whose product matches were taken as a shape.
+  try {
+    (void)t.reshaped({-2, -3});
+    ADD_FAILURE() << "a shape of negative extents was taken";
+  } catch (const ShapeError& e) {
+    EXPECT_STREQ(e.what(), "Tensor::reshaped: cannot view [2, 3] as [-2, -3]");
+  }
   Tensor d = t.astype(DType::f64);
   EXPECT_EQ(d.at(5), 5.0);
 }
