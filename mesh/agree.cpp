@@ -3,6 +3,7 @@
 
 #include <climits>
 
+#include "core/checked.h"
 #include "core/error.h"
 #include "mesh/mpi_check.h"
 
@@ -22,14 +23,79 @@ std::string broadcast_string(const Communicator& comm, std::string value, int ro
   return value;
 }
 
-std::optional<std::string> first_error(const Communicator& comm, const std::optional<std::string>& local_error) {
-  int mine = local_error ? comm.rank() : INT_MAX;
+namespace {
+
+// The lowest rank with `failed` set, or INT_MAX when none (one all-reduce).
+int first_failing_rank(const Communicator& comm, bool failed) {
+  int mine = failed ? comm.rank() : INT_MAX;
   int first = INT_MAX;
   check_mpi(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm.handle()), "MPI_Allreduce");
+  return first;
+}
+
+// `first`'s message on every rank, prefixed with its rank where there are several.
+std::string first_message(const Communicator& comm, int first, const std::string& mine) {
+  std::string message = broadcast_string(comm, first == comm.rank() ? mine : std::string(), first);
+  return comm.size() > 1 ? "rank " + std::to_string(first) + ": " + message : message;
+}
+
+// A tessera::Error's type as a number, and back.
+enum class ErrorKind : int { error, spec, shape, dtype, rule, mesh, mpi, io, integrity, usage, overflow };
+
+ErrorKind kind_of(const Error& e) {
+  if (dynamic_cast<const IntegrityError*>(&e)) return ErrorKind::integrity;
+  if (dynamic_cast<const IoError*>(&e)) return ErrorKind::io;
+  if (dynamic_cast<const SpecError*>(&e)) return ErrorKind::spec;
+  if (dynamic_cast<const ShapeError*>(&e)) return ErrorKind::shape;
+  if (dynamic_cast<const DTypeError*>(&e)) return ErrorKind::dtype;
+  if (dynamic_cast<const RuleError*>(&e)) return ErrorKind::rule;
+  if (dynamic_cast<const MeshError*>(&e)) return ErrorKind::mesh;
+  if (dynamic_cast<const MpiError*>(&e)) return ErrorKind::mpi;
+  if (dynamic_cast<const UsageError*>(&e)) return ErrorKind::usage;
+  if (dynamic_cast<const OverflowError*>(&e)) return ErrorKind::overflow;
+  return ErrorKind::error;
+}
+
+[[noreturn]] void throw_kind(ErrorKind kind, const std::string& message) {
+  switch (kind) {
+    case ErrorKind::spec: throw SpecError(message);
+    case ErrorKind::shape: throw ShapeError(message);
+    case ErrorKind::dtype: throw DTypeError(message);
+    case ErrorKind::rule: throw RuleError(message);
+    case ErrorKind::mesh: throw MeshError(message);
+    case ErrorKind::mpi: throw MpiError(message);
+    case ErrorKind::io: throw IoError(message);
+    case ErrorKind::integrity: throw IntegrityError(message);
+    case ErrorKind::usage: throw UsageError(message);
+    case ErrorKind::overflow: throw OverflowError(message);
+    case ErrorKind::error: break;
+  }
+  throw Error(message);
+}
+
+}  // namespace
+
+std::optional<std::string> first_error(const Communicator& comm, const std::optional<std::string>& local_error) {
+  const int first = first_failing_rank(comm, local_error.has_value());
   if (first == INT_MAX) return std::nullopt;
-  std::string message = broadcast_string(comm, first == comm.rank() ? *local_error : std::string(), first);
-  if (comm.size() > 1) message = "rank " + std::to_string(first) + ": " + message;
-  return message;
+  return first_message(comm, first, local_error.value_or(std::string()));
+}
+
+void rethrow_first_error(const Communicator& comm, const std::exception_ptr& local_error) {
+  const int first = first_failing_rank(comm, local_error != nullptr);
+  if (first == INT_MAX) return;
+  int kind = static_cast<int>(ErrorKind::error);
+  std::string mine;
+  if (local_error) {
+    try {
+      std::rethrow_exception(local_error);
+    } catch (const Error& e) {
+      kind = static_cast<int>(kind_of(e));
+      mine = e.what();
+    }
+  }
+  check_mpi(MPI_Bcast(&kind, 1, MPI_INT, first, comm.handle()), "MPI_Bcast");
+  throw_kind(static_cast<ErrorKind>(kind), first_message(comm, first, mine));
 }
 
 }  // namespace tessera

@@ -15,7 +15,6 @@
 
 #include "collectives/collectives.h"
 #include "collectives/reshard.h"
-#include "core/checked.h"
 #include "core/env_settings.h"
 #include "core/error.h"
 #include "core/shape_scope.h"
@@ -224,65 +223,22 @@ std::string describe_results(const std::vector<Var>& results, const Mesh& local,
   return text;
 }
 
-// A tessera::Error's type as a number, and back: every rank rethrows the failing rank's type.
-enum class ErrorKind : int { error, spec, shape, dtype, rule, mesh, mpi, io, integrity, usage, overflow };
-
-ErrorKind kind_of(const Error& e) {
-  if (dynamic_cast<const IntegrityError*>(&e)) return ErrorKind::integrity;
-  if (dynamic_cast<const IoError*>(&e)) return ErrorKind::io;
-  if (dynamic_cast<const SpecError*>(&e)) return ErrorKind::spec;
-  if (dynamic_cast<const ShapeError*>(&e)) return ErrorKind::shape;
-  if (dynamic_cast<const DTypeError*>(&e)) return ErrorKind::dtype;
-  if (dynamic_cast<const RuleError*>(&e)) return ErrorKind::rule;
-  if (dynamic_cast<const MeshError*>(&e)) return ErrorKind::mesh;
-  if (dynamic_cast<const MpiError*>(&e)) return ErrorKind::mpi;
-  if (dynamic_cast<const UsageError*>(&e)) return ErrorKind::usage;
-  if (dynamic_cast<const OverflowError*>(&e)) return ErrorKind::overflow;
-  return ErrorKind::error;
-}
-
-[[noreturn]] void throw_kind(ErrorKind kind, const std::string& message) {
-  switch (kind) {
-    case ErrorKind::spec: throw SpecError(message);
-    case ErrorKind::shape: throw ShapeError(message);
-    case ErrorKind::dtype: throw DTypeError(message);
-    case ErrorKind::rule: throw RuleError(message);
-    case ErrorKind::mesh: throw MeshError(message);
-    case ErrorKind::mpi: throw MpiError(message);
-    case ErrorKind::io: throw IoError(message);
-    case ErrorKind::integrity: throw IntegrityError(message);
-    case ErrorKind::usage: throw UsageError(message);
-    case ErrorKind::overflow: throw OverflowError(message);
-    case ErrorKind::error: break;
-  }
-  throw Error(message);
-}
-
 // What the body did on this rank: its results, or the error it threw.
 struct BodyOutcome {
   std::vector<Var> results;
-  std::optional<std::string> error;
-  ErrorKind kind = ErrorKind::error;
-  std::exception_ptr thrown;
+  std::exception_ptr thrown;  // a tessera::Error
 };
 
 void agree_on_results(const Mesh& mesh, const Mesh& local, const BodyOutcome& outcome, const Signature* sig) {
   const Communicator& comm = mesh.comm();
-  const std::string mine = outcome.error ? std::string() : describe_results(outcome.results, local, sig);
+  const bool threw = outcome.thrown != nullptr;
+  const std::string mine = threw ? std::string() : describe_results(outcome.results, local, sig);
   const std::uint64_t hash = std::hash<std::string>{}(mine);
-  std::uint64_t most[4] = {hash, ~hash, outcome.error ? 1u : 0u, outcome.error ? 0u : 1u};
+  std::uint64_t most[4] = {hash, ~hash, threw ? 1u : 0u, threw ? 0u : 1u};
   check_mpi(MPI_Allreduce(MPI_IN_PLACE, most, 4, MPI_UINT64_T, MPI_MAX, comm.handle()), "MPI_Allreduce");
   // Every rank's body threw (a check on replicated facts): each rank's own error stands, as it was.
   if (most[3] == 0) std::rethrow_exception(outcome.thrown);
-  if (most[2] != 0) {
-    int first = outcome.error ? comm.rank() : comm.size();
-    check_mpi(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm.handle()), "MPI_Allreduce");
-    int kind = static_cast<int>(outcome.kind);
-    check_mpi(MPI_Bcast(&kind, 1, MPI_INT, first, comm.handle()), "MPI_Bcast");
-    const std::string message = broadcast_string(comm, outcome.error.value_or(std::string()), first);
-    throw_kind(static_cast<ErrorKind>(kind),
-               comm.size() > 1 ? "rank " + std::to_string(first) + ": " + message : message);
-  }
+  if (most[2] != 0) rethrow_first_error(comm, outcome.thrown);  // some threw: it throws
   if (most[0] == ~most[1]) return;  // the largest hash is the smallest: all alike
   const std::string first = broadcast_string(comm, mine, 0);
   std::optional<std::string> error;
@@ -340,9 +296,7 @@ std::vector<Var> shard_map_impl(const Mesh& mesh, const ShardMapBody& body, cons
     NoTape record(false);  // the body's tape types its results, also inside remat's forward
     try {
       outcome.results = body(b->leaves);
-    } catch (const Error& e) {
-      outcome.error = e.what();
-      outcome.kind = kind_of(e);
+    } catch (const Error&) {
       outcome.thrown = std::current_exception();
     }
   }
