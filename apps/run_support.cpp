@@ -1,10 +1,13 @@
 // Pieces the training apps share.
 #include "apps/run_support.h"
 
+#include <fcntl.h>
 #include <mpi.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -66,8 +69,11 @@ namespace {
 // Rank 0's reason to refuse resuming from `file` with `config`, or nullopt.
 std::optional<std::string> resume_mismatch(const std::string& file, const ResumeConfig& config) {
   std::string saved;
+  std::int64_t step = 0;
   try {
-    saved = read_checkpoint_info(file).config;
+    const auto info = read_checkpoint_info(file);
+    saved = info.config;
+    step = info.step;
   } catch (const Error&) {
     return std::nullopt;  // the restore names what is wrong with the file
   }
@@ -81,6 +87,11 @@ std::optional<std::string> resume_mismatch(const std::string& file, const Resume
     std::replace(flag.begin(), flag.end(), '_', '-');
     return "--resume: '" + file + "' was saved with " + flag + " " + *then + ", this run has " + flag + " " + *now +
            ": a resume continues the saved model and its data (start a changed run in another --ckpt-dir)";
+  }
+  if (config.steps >= 0 && step > config.steps) {
+    return "--resume: '" + file + "' is at step " + std::to_string(step) + ", past --steps " +
+           std::to_string(config.steps) + ": a resume trains on from the checkpoint's step (give --steps " +
+           std::to_string(step) + " or more, or start a new run in another --ckpt-dir)";
   }
   return std::nullopt;
 }
@@ -215,12 +226,76 @@ void check_learning_rate(double lr) {
   }
 }
 
-MetricsFile::MetricsFile(std::string program, std::string path, bool append)
+namespace {
+
+// The length of the start of a metrics file to keep on a resume at `resumed_step`: its whole
+// lines up to the first line of a later step (a line without a step is kept), and the number of
+// lines after it.
+std::pair<std::uint64_t, std::int64_t> metrics_to_keep(int fd, std::int64_t resumed_step) {
+  // Read in pieces, holding one line at a time (the file may be long).
+  std::uint64_t keep = 0, line_start = 0, total = 0;
+  std::int64_t dropped = 0;
+  bool cut = false;
+  std::string line;
+  char buffer[1 << 16];
+  for (off_t at = 0;;) {
+    const ssize_t got = ::pread(fd, buffer, sizeof buffer, at);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    for (ssize_t i = 0; i < got; ++i) {
+      if (buffer[i] != '\n') {
+        if (!cut && line.size() < 4096) line += buffer[i];
+        continue;
+      }
+      const std::uint64_t line_end = static_cast<std::uint64_t>(at + i) + 1;
+      if (!cut) {
+        const auto step = config_value(line, "step");
+        char* rest = nullptr;
+        const long long value = step ? std::strtoll(step->c_str(), &rest, 10) : 0;
+        cut = step && *rest == '\0' && value > resumed_step;
+      }
+      if (cut) {
+        ++dropped;
+      } else {
+        keep = line_end;
+      }
+      line.clear();
+      line_start = line_end;
+    }
+    at += got;
+    total = static_cast<std::uint64_t>(at);
+  }
+  if (total > line_start) ++dropped;  // a last line cut short
+  return {keep, dropped};
+}
+
+}  // namespace
+
+MetricsFile::MetricsFile(std::string program, std::string path, std::optional<std::int64_t> resumed_step)
     : program_(std::move(program)), path_(std::move(path)) {
   if (path_.empty()) return;
   std::string why;
-  fd_ = open_for_writing(path_, append, why);
-  if (fd_ < 0) give_up(why);
+  fd_ = open_for_writing(path_, resumed_step.has_value(), why);
+  if (fd_ < 0) {
+    give_up(why);
+    return;
+  }
+  struct stat st {};
+  if (!resumed_step || ::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) return;
+  // Opened write-only for appending: read through a second descriptor.
+  const int reader = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (reader < 0) return;
+  const auto [keep, dropped] = metrics_to_keep(reader, *resumed_step);
+  ::close(reader);
+  if (dropped == 0) return;
+  if (::ftruncate(fd_, static_cast<off_t>(keep)) != 0) {
+    ::close(fd_);
+    fd_ = -1;
+    give_up("cannot be cut back to step " + std::to_string(*resumed_step) + ": " + std::strerror(errno));
+    return;
+  }
+  std::cout << program_ << ": metrics file '" << path_ << "': " << dropped << (dropped == 1 ? " line" : " lines")
+            << " after step " << *resumed_step << " dropped (this run trains those steps again)\n";
 }
 
 MetricsFile::~MetricsFile() {

@@ -34,6 +34,8 @@ struct RunCheckpoints {
 struct ResumeConfig {
   std::string json;
   std::vector<std::string> keys;
+  // The run's --steps: a checkpoint of a later step is refused (-1: not compared).
+  std::int64_t steps = -1;
 };
 
 // Collective: locks `dir`, applies the fresh-run rule on rank 0 (claim_checkpoint_directory)
@@ -42,7 +44,8 @@ struct ResumeConfig {
 // compares the configuration stored in it with `config`'s: a flag of `config.keys` whose value
 // differs is a UsageError on every rank naming the flag and both values, before anything is
 // restored or written (a resume with fewer --layers restored the layers it had and its first save
-// dropped the others). A key the file does not hold (an older writer) is not compared, and a file
+// dropped the others). So is a checkpoint of a step past `config.steps` (the run would have
+// ended there and reported the later step's model as its result). A key the file does not hold (an older writer) is not compared, and a file
 // whose configuration cannot be read is left to the restore's own checks. An empty `dir` gives no
 // lock and no checkpoint.
 RunCheckpoints open_run_checkpoints(const Communicator& comm, const std::string& dir, bool resume, bool overwrite,
@@ -107,8 +110,11 @@ std::string parameter_table(const nn::ParamInfos& infos, const MeshShape& mesh);
 // without its metrics, as before the file existed.
 class MetricsFile {
  public:
-  // Appended to with `append` (a resumed run), else truncated; an empty `path` is no file.
-  MetricsFile(std::string program, std::string path, bool append);
+  // An empty `path` is no file. A fresh run (`resumed_step` empty) truncates the file. A run
+  // resumed at step S appends to it, after dropping the lines of the steps after S that a run
+  // before it wrote and this one trains again (a run that crashed after its last save), and any
+  // last line a crash cut short, so that each step has one line.
+  MetricsFile(std::string program, std::string path, std::optional<std::int64_t> resumed_step);
   ~MetricsFile();
   MetricsFile(const MetricsFile&) = delete;
   MetricsFile& operator=(const MetricsFile&) = delete;

@@ -345,7 +345,7 @@ int run(const Options& o, int world_rank) {
   // A resume continues the saved model and its data: these flags must be the checkpoint's.
   const apps::RunCheckpoints checkpoints = apps::open_run_checkpoints(
       mesh.comm(), o.ckpt_dir, o.resume, o.overwrite,
-      {config_json(o), {"layers", "d_model", "heads", "d_ff", "scan", "seq_len", "batch", "seed"}});
+      {config_json(o), {"layers", "d_model", "heads", "d_ff", "scan", "seq_len", "batch", "seed"}, o.steps});
   const std::optional<std::string>& resume_file = checkpoints.resume_file;
   if (root) {
     std::cout << "train_lm: " << mesh.to_string() << " over " << mesh.size() << " ranks\n"
@@ -379,7 +379,8 @@ int run(const Options& o, int world_rank) {
     return model.loss(nn::ParamView(params), batch.x, *batch.y);
   };
   // Rank 0 writes the metrics; the others pass no file.
-  apps::MetricsFile metrics("train_lm", root ? o.metrics : std::string(), resume_file.has_value());
+  apps::MetricsFile metrics("train_lm", root ? o.metrics : std::string(),
+                             resume_file ? std::optional<std::int64_t>(state.step) : std::nullopt);
   const auto report_heldout = [&](std::int64_t step, double loss) {
     if (root) std::printf("step %6lld  held-out loss %.4f nats/byte (%.3f bits/byte)\n", static_cast<long long>(step), loss,
                           loss / std::log(2.0));

@@ -181,7 +181,7 @@ int run(const Options& o, int world_rank) {
   // A resume continues the saved model and its data: these flags must be the checkpoint's.
   const apps::RunCheckpoints checkpoints = apps::open_run_checkpoints(
       mesh.comm(), o.ckpt_dir, o.resume, o.overwrite,
-      {config_json(o), {"layers", "depth", "scan", "loss", "input", "examples", "seed", "batch"}});
+      {config_json(o), {"layers", "depth", "scan", "loss", "input", "examples", "seed", "batch"}, o.steps});
   const std::optional<std::string>& resume_file = checkpoints.resume_file;
 
   if (root) {
@@ -223,7 +223,8 @@ int run(const Options& o, int world_rank) {
       data_config.loss == apps::LossKind::sum ? nn::StepOptions::Reduction::sum : nn::StepOptions::Reduction::mean;
 
   // Rank 0 writes the metrics; the others pass no file.
-  apps::MetricsFile metrics("train_mlp", root ? o.metrics : std::string(), resume_file.has_value());
+  apps::MetricsFile metrics("train_mlp", root ? o.metrics : std::string(),
+                             resume_file ? std::optional<std::int64_t>(state.step) : std::nullopt);
   nn::StepTimes times;
   step_options.times = &times;
   apps::RunProfile run_profile;

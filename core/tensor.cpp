@@ -2,7 +2,10 @@
 #include "core/tensor.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <limits>
+#include <type_traits>
 
 #include "core/buffer_pool.h"
 #include "core/checked.h"
@@ -104,6 +107,18 @@ Tensor Tensor::reshaped(Shape shape) && {
   return out;
 }
 
+namespace {
+
+template <typename To>
+To saturating_integer(double value) {
+  if (std::isnan(value)) return To{0};
+  if (value <= static_cast<double>(std::numeric_limits<To>::min())) return std::numeric_limits<To>::min();
+  if (value >= static_cast<double>(std::numeric_limits<To>::max())) return std::numeric_limits<To>::max();
+  return static_cast<To>(value);
+}
+
+}  // namespace
+
 Tensor Tensor::astype(DType dtype) const {
   if (dtype == dtype_) return *this;
   Tensor out = Tensor::empty(shape_, dtype);  // every element is written below
@@ -122,7 +137,13 @@ Tensor Tensor::astype(DType dtype) const {
       using To = decltype(to_zero);
       const From* src = data<From>();
       To* dst = out.data<To>();
-      for (std::int64_t i = 0; i < numel_; ++i) dst[i] = static_cast<To>(src[i]);
+      if constexpr (std::is_integral_v<To> && !std::is_integral_v<From>) {
+        // Saturating, as XLA's convert: NaN becomes 0, a value beyond the integer's range its
+        // nearest end (a plain cast of such a value is undefined behaviour).
+        for (std::int64_t i = 0; i < numel_; ++i) dst[i] = saturating_integer<To>(static_cast<double>(src[i]));
+      } else {
+        for (std::int64_t i = 0; i < numel_; ++i) dst[i] = static_cast<To>(src[i]);
+      }
     });
   });
   return out;

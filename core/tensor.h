@@ -70,6 +70,8 @@ class Tensor {
   // The same bytes seen with another shape of the same element count.
   Tensor reshaped(Shape shape) const&;
   Tensor reshaped(Shape shape) &&;
+  // Element-wise conversion. Floating to i32 truncates toward zero and saturates, as XLA's
+  // convert: NaN gives 0, a value beyond i32's range the nearest of INT32_MIN and INT32_MAX.
   Tensor astype(DType dtype) const;
   void fill_zero();
 

@@ -50,14 +50,18 @@ void wait_for_pruning();
 // `keep` and leftovers of interrupted saves are removed (by default on a thread of rank 0 after
 // the save returns: SaveOptions::prune_in_background). Returns the final path. Arrays must be
 // on one mesh and not partial (reshard them first). Each block is written once: only the
-// replica at coordinate 0 of every mesh axis the spec does not use writes.
+// replica at coordinate 0 of every mesh axis the spec does not use writes. Every rank passes the
+// same step, seed, config and arrays (paths, dtypes, global shapes, specs, mesh, logical names):
+// checked first with one all-reduce of a hash, and a rank whose state differs from rank 0's is
+// named in an IoError on every rank before anything is written.
 std::string save_checkpoint(const CheckpointState& state, const std::string& dir, const SaveOptions& options = {});
 
 // Collective over the target arrays' mesh. `dir_or_file` is a checkpoint file or a directory
 // (its latest complete checkpoint). `target` lists the arrays wanted with the mesh, spec, global
 // shape and dtype wanted; each rank reads only its block of the TARGET spec. Format name and
 // version, presence, global shape, dtype and every chunk's Fletcher32 checksum are validated
-// before returning; the returned state holds the step, seed, config and the filled arrays.
+// before returning; the returned state holds the step, seed, config and the filled arrays. Every
+// rank passes the same target arrays (checked first, as save_checkpoint's state).
 CheckpointState restore_checkpoint(const std::string& dir_or_file, const CheckpointState& target);
 
 // The same, into the target's own storage: every array's block (held or borrowed, see

@@ -1,6 +1,10 @@
 // HDF5 file access through MPI-IO (or one process), hyperslab selections and MPI hints.
 #include "io/parallel_file.h"
 
+#include <functional>
+
+#include "core/dtype.h"
+#include "mesh/agree.h"
 #include "mesh/mpi_check.h"
 
 namespace tessera::checkpoint_io {
@@ -18,6 +22,79 @@ const Mesh* common_mesh(const CheckpointState& state, std::string_view what) {
     }
   }
   return mesh;
+}
+
+namespace {
+
+// One line per fact that every rank must share.
+std::vector<std::string> describe_state(const CheckpointState& state, bool whole_state) {
+  std::vector<std::string> lines;
+  if (whole_state) {
+    lines.push_back("step " + std::to_string(state.step));
+    lines.push_back("seed " + std::to_string(state.seed));
+    lines.push_back("a configuration of " + std::to_string(state.config.size()) + " bytes (hash " +
+                    std::to_string(std::hash<std::string>{}(state.config)) + ")");
+  }
+  lines.push_back(std::to_string(state.arrays.size()) + (state.arrays.size() == 1 ? " array" : " arrays"));
+  for (const auto& array : state.arrays) {
+    const ShardedTensor& t = array.tensor();
+    std::string line = "array '" + array.path + "' ";
+    if (!t.mesh().valid()) {
+      line += "without a mesh";
+    } else {
+      line += std::string(dtype_name(t.dtype())) + shape_to_string(t.global_shape()) + " " + t.spec().to_string() +
+              " on " + t.mesh().shape().to_string();
+    }
+    if (!array.logical_names.empty()) {
+      line += " named (";
+      for (std::size_t i = 0; i < array.logical_names.size(); ++i) line += (i ? ", " : "") + array.logical_names[i];
+      line += ")";
+    }
+    lines.push_back(std::move(line));
+  }
+  return lines;
+}
+
+std::string join_lines(const std::vector<std::string>& lines) {
+  std::string text;
+  for (const auto& line : lines) text += line + '\n';
+  return text;
+}
+
+}  // namespace
+
+void agree_on_state(const CheckpointState& state, std::string_view what, bool whole_state) {
+  const Communicator world = Communicator::world();
+  const Communicator* comm = &world;
+  for (const auto& array : state.arrays) {
+    if (array.tensor().mesh().valid()) {
+      comm = &array.tensor().mesh().comm();
+      break;
+    }
+  }
+  const std::vector<std::string> mine = describe_state(state, whole_state);
+  const std::string text = join_lines(mine);
+  const std::uint64_t hash = std::hash<std::string>{}(text);
+  std::uint64_t most[2] = {hash, ~hash};
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, most, 2, MPI_UINT64_T, MPI_MAX, comm->handle()), "MPI_Allreduce");
+  if (most[0] == ~most[1]) return;  // the largest hash is the smallest: all alike
+  const std::string first = broadcast_string(*comm, text, 0);
+  std::optional<std::string> error;
+  if (text != first) {
+    std::vector<std::string> theirs;
+    for (std::size_t begin = 0, end; begin < first.size(); begin = end + 1) {
+      end = first.find('\n', begin);
+      theirs.push_back(first.substr(begin, end - begin));
+    }
+    std::size_t k = 0;
+    while (k < mine.size() && k < theirs.size() && mine[k] == theirs[k]) ++k;
+    const std::string here = k < mine.size() ? mine[k] : "nothing more";
+    const std::string there = k < theirs.size() ? theirs[k] : "nothing more";
+    error = std::string(what) + ": this rank's state differs from rank 0's: " + here + " here, " + there +
+            " on rank 0; every rank passes the same " + (whole_state ? "step, seed, configuration and " : "") +
+            "arrays";
+  }
+  agree_or_throw<IoError>(*comm, error);
 }
 
 H5Handle parallel_file_access(MPI_Comm comm, std::string_view context) {

@@ -25,6 +25,15 @@ namespace tessera::checkpoint_io {
 // two arrays are on meshes of different shapes. `what` names the caller in messages.
 const Mesh* common_mesh(const CheckpointState& state, std::string_view what);
 
+// Collective over the communicator of the first array's mesh (the world's when no array has
+// one): every rank must pass the same description of `state`: its arrays' count, paths, dtypes,
+// global shapes, specs, meshes and logical names, and with `whole_state` also the step, the seed
+// and the configuration. Ranks that passed different ones went on into collectives of different
+// sizes or files of different names (an MPI-IO error, or a hang), or one rank refused alone. One
+// all-reduce of a hash; only on a mismatch does rank 0's description go to every rank, and every
+// rank throws the same IoError naming the first differing rank's first difference.
+void agree_on_state(const CheckpointState& state, std::string_view what, bool whole_state);
+
 // File access through MPI-IO over `comm` (ROMIO: see docs/design.md), with the 1.8 file format as
 // the oldest allowed so object headers carry checksums.
 H5Handle parallel_file_access(MPI_Comm comm, std::string_view context);

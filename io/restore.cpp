@@ -597,6 +597,8 @@ CheckShare check_share(const ShardedTensor& want, const std::vector<int>& leader
 
 void restore_checkpoint_into(const std::string& dir_or_file, CheckpointState& target) {
   quiet_hdf5_errors();
+  // Every rank's target first, so that the checks after it see the same facts on every rank.
+  checkpoint_io::agree_on_state(target, "restore_checkpoint", /*whole_state=*/false);
   for (const auto& array : target.arrays) format::validate_array_path(array.path);
   const Mesh* mesh = checkpoint_io::common_mesh(target, "restore_checkpoint");
   const Communicator world = Communicator::world();

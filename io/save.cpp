@@ -483,6 +483,8 @@ void write_chunk_digests(const CheckpointState& state, const std::vector<Chunkin
 
 std::string save_checkpoint(const CheckpointState& state, const std::string& dir, const SaveOptions& options) {
   quiet_hdf5_errors();
+  // Every rank's state first, so that the checks after it see the same facts on every rank.
+  checkpoint_io::agree_on_state(state, "save_checkpoint", /*whole_state=*/true);
   validate_for_save(state);
   const Mesh* mesh = checkpoint_io::common_mesh(state, "save_checkpoint");
   const Communicator world = Communicator::world();

@@ -14,6 +14,7 @@ struct Mesh::Impl {
   Communicator comm;
   std::vector<int> coords;
   mutable std::map<Axes, std::unique_ptr<Communicator>> axes_comms;
+  mutable std::unique_ptr<Communicator> control;
 };
 
 namespace {
@@ -118,6 +119,12 @@ const Communicator& Mesh::axes_comm(const Axes& axes) const {
   auto& slot = impl_->axes_comms[axes];
   slot = std::move(made);
   return *slot;
+}
+
+const Communicator& Mesh::control_comm() const {
+  shape();  // throws for an empty mesh
+  if (!impl_->control) impl_->control = std::make_unique<Communicator>(comm().dup());
+  return *impl_->control;
 }
 
 int Mesh::axes_rank(const Axes& axes) const {

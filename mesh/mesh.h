@@ -44,6 +44,11 @@ class Mesh {
   const Communicator& axes_comm(const Axes& axes) const;
   // This rank's position in axes_comm(axes).
   int axes_rank(const Axes& axes) const;
+  // A second duplicate of comm() for agreements that must never match a collective of the code
+  // they check (shard_map's agreement on its body's outcome, which a rank whose body threw enters
+  // while the others may be inside one of the body's collectives). Cached; the first call is
+  // collective over the mesh.
+  const Communicator& control_comm() const;
 
   // "mesh(data: 2, model: 4)"
   std::string to_string() const;

@@ -27,12 +27,21 @@ std::int64_t last_dim(const Shape& input, const char* layer) {
   return input[1];
 }
 
+// A size the caller gives a layer: a negative or zero one made a model without parameters (an
+// MLP of -1 layers had none, and its apply returned its input) or a shape refused deep inside.
+void require_positive(std::int64_t value, const char* layer, const char* what) {
+  if (value < 1) {
+    throw UsageError(std::string(layer) + ": " + what + " must be >= 1, got " + std::to_string(value));
+  }
+}
+
 }  // namespace
 
 Rules tutorial_rules() { return {{"batch", {"data"}}, {"hidden", {"model"}}}; }
 
 void Dense::declare(const ParamDecl& decl, const Shape& input) const {
   const std::int64_t in = last_dim(input, "Dense");
+  require_positive(features, "Dense", "features");
   decl.param("kernel", {in, features}, kernel_init, kernel_partitioning, dtype);
   if (use_bias) decl.param("bias", {features}, initializers::zeros(), Partitioning{}, dtype);
 }
@@ -45,6 +54,7 @@ Var Dense::apply(const ParamView& params, const Var& x) const {
 
 void DotReluDot::declare(const ParamDecl& decl, const Shape& input) const {
   const std::int64_t in = last_dim(input, "DotReluDot");
+  require_positive(depth, "DotReluDot", "depth");
   Dense dense{depth, false, init,
               logical ? Partitioning::with_logical_partitioning({"embed", "hidden"})
                       : Partitioning::with_partitioning(w1_spec),
@@ -72,6 +82,8 @@ Var DotReluDot::apply(const ParamView& params, const ApplyContext& ctx, const Va
 
 void MLP::declare(const ParamDecl& decl, const Shape& input) const {
   const std::int64_t in = last_dim(input, "MLP");
+  require_positive(num_layers, "MLP", "num_layers");
+  require_positive(depth, "MLP", "depth");
   if (!scan) {
     for (int i = 0; i < num_layers; ++i) layer().declare(decl.child("DotReluDot_" + std::to_string(i)), input);
     return;
@@ -93,6 +105,7 @@ void MLP::declare(const ParamDecl& decl, const Shape& input) const {
 }
 
 Var MLP::apply(const ParamView& params, const ApplyContext& ctx, const Var& x) const {
+  require_positive(num_layers, "MLP", "num_layers");
   // One layer, rematerialised when ctx.remat (the block owns copies of what it needs: it runs
   // again in the backward pass).
   auto run_layer = [&](int i, const Var& h, const Var& w1, const Var& w2) {

@@ -18,13 +18,20 @@ std::vector<int> normalize_dims(std::vector<int> dims, int ndim, const char* wha
     std::iota(dims.begin(), dims.end(), 0);
   }
   for (int& d : dims) {
+    const int given = d;
     if (d < 0) d += ndim;
     if (d < 0 || d >= ndim) {
-      throw ShapeError(std::string(what) + ": dimension out of range for a tensor of " + std::to_string(ndim) + " dimensions");
+      throw ShapeError(std::string(what) + ": dimension " + std::to_string(given) + " is out of range for a tensor of " +
+                       std::to_string(ndim) + " dimensions");
     }
   }
   std::sort(dims.begin(), dims.end());
-  dims.erase(std::unique(dims.begin(), dims.end()), dims.end());
+  // A dimension given twice (as 0 and 0, or 1 and -1 of two) is refused, as JAX's "repeated axis":
+  // summing it once would give another shape than the caller counted on.
+  const auto repeated = std::adjacent_find(dims.begin(), dims.end());
+  if (repeated != dims.end()) {
+    throw ShapeError(std::string(what) + ": dimension " + std::to_string(*repeated) + " is given twice");
+  }
   return dims;
 }
 

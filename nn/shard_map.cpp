@@ -2,15 +2,18 @@
 // the body's tape. The replication analysis reads the body's tape (see spmd_frame.h).
 #include "nn/shard_map.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
 #include <functional>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 
 #include "collectives/collectives.h"
@@ -206,8 +209,10 @@ void check_same_along(const Mesh& mesh, const Tensor& block, const std::string& 
 // equal) and of flags for a body that threw and one that returned. Where every rank's body threw,
 // each rank's own error stands; only when they differ does more go over the wire:
 // the first failing rank's error (its message and its type) to every rank, or rank 0's
-// description, the first differing rank naming both. A body that throws on some ranks while
-// others are inside one of its collectives still hangs them there.
+// description, the first differing rank naming both. The agreement runs on the mesh's control
+// communicator, so that it never matches a collective of the body: a body that throws on some
+// ranks while the others are inside one of its collectives (which the throwing ranks left) ends
+// the job with the error after kThrewWaitSeconds, as nothing can take the others out of it.
 std::string describe_results(const std::vector<Var>& results, const Mesh& local, const Signature* sig) {
   std::string text = std::to_string(results.size()) + (results.size() == 1 ? " result" : " results");
   for (std::size_t k = 0; k < results.size(); ++k) {
@@ -229,13 +234,56 @@ struct BodyOutcome {
   std::exception_ptr thrown;  // a tessera::Error
 };
 
+// How long a rank whose body threw waits for the others to reach the agreement. The others run
+// the same body on a block of the same shape, so they arrive within moments of each other, also 8
+// oversubscribed ranks (the programs' own agreement on an error waits as long: apps/cli_main.h).
+constexpr double kThrewWaitSeconds = 3.0;
+
+// The rank whose body threw, when the others did not arrive in time: most likely they wait in one
+// of the body's collectives, which this rank left. Nothing can take them out of it, so the job
+// ends with this rank's message (exit code 2, 3 for an IntegrityError, as the programs' table).
+[[noreturn]] void abort_for_body_error(const Mesh& mesh, const std::exception_ptr& thrown) {
+  std::string message;
+  int code = 2;
+  try {
+    std::rethrow_exception(thrown);
+  } catch (const IntegrityError& e) {
+    message = e.what();
+    code = 3;
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  std::cerr << "tessera: rank " << mesh.rank() << ": shard_map: the body threw on this rank and the other ranks did not "
+            << "reach the agreement on its results within " << kThrewWaitSeconds
+            << " s (they wait in one of the body's collectives, or still run it); ending the job: " << message
+            << std::endl;
+  MPI_Abort(mesh.comm().handle(), code);
+  std::abort();  // MPI_Abort does not return
+}
+
 void agree_on_results(const Mesh& mesh, const Mesh& local, const BodyOutcome& outcome, const Signature* sig) {
-  const Communicator& comm = mesh.comm();
+  // The mesh's control communicator: a rank whose body threw comes here while the others may be
+  // inside one of the body's collectives on the mesh's communicators, which this must not match.
+  const Communicator& comm = mesh.control_comm();
   const bool threw = outcome.thrown != nullptr;
   const std::string mine = threw ? std::string() : describe_results(outcome.results, local, sig);
   const std::uint64_t hash = std::hash<std::string>{}(mine);
   std::uint64_t most[4] = {hash, ~hash, threw ? 1u : 0u, threw ? 0u : 1u};
-  check_mpi(MPI_Allreduce(MPI_IN_PLACE, most, 4, MPI_UINT64_T, MPI_MAX, comm.handle()), "MPI_Allreduce");
+  MPI_Request request = MPI_REQUEST_NULL;
+  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, most, 4, MPI_UINT64_T, MPI_MAX, comm.handle(), &request), "MPI_Iallreduce");
+  if (!threw) {
+    check_mpi(MPI_Wait(&request, MPI_STATUS_IGNORE), "MPI_Wait");
+  } else {
+    // Polled, with a deadline: a rank that returned waits as long as the others take.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(kThrewWaitSeconds);
+    int done = 0;
+    while (true) {
+      check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      if (done) break;
+      if (std::chrono::steady_clock::now() >= deadline) abort_for_body_error(mesh, outcome.thrown);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
   // Every rank's body threw (a check on replicated facts): each rank's own error stands, as it was.
   if (most[3] == 0) std::rethrow_exception(outcome.thrown);
   if (most[2] != 0) rethrow_first_error(comm, outcome.thrown);  // some threw: it throws
@@ -290,6 +338,8 @@ std::vector<Var> shard_map_impl(const Mesh& mesh, const ShardMapBody& body, cons
     frame.rules[leaf.node().get()] = {detail::axis_mask(shape, b->in_specs[i].used_axes()), 0, static_cast<int>(i)};
     b->leaves.push_back(leaf);
   }
+  // Made (collectively, on first use) before the body runs, while every rank is here.
+  (void)mesh.control_comm();
   BodyOutcome outcome;
   {
     detail::FrameGuard guard(frame);

@@ -20,7 +20,10 @@
 //              A body that throws a tessera::Error on some ranks only is that error on every rank
 //              (its type; the message prefixed "rank R: ", R the first rank that threw); where
 //              every rank's body throws, each rank's own error stands. A body that throws while
-//              other ranks are inside one of its collectives leaves them there.
+//              other ranks are inside one of its collectives (which they cannot leave) ends the
+//              job: the rank that threw waits 3 s for the others, then prints its error
+//              ("tessera: rank R: shard_map: the body threw on this rank and ...") and calls
+//              MPI_Abort with code 2 (3 for an IntegrityError), as the programs' exit codes.
 //   gradients  shard_map is one taped op: its backward runs the body's tape with the output
 //              cotangent's block as seed. Collectives transpose as in spmd_collectives.h. The
 //              body's tape is typed as in JAX: a value varies over the axes its inputs are split

@@ -385,6 +385,12 @@ expect resume.fewer_layers 2 \
 cp -r "$good" "$work/other_program"
 expect resume.other_program 2 "^train_lm: --resume: '$work/other_program/ckpt_00000002.h5' was saved by train_mlp, not by train_lm\$" \
   mpi "$apps/train_lm" "${tiny_lm[@]}" --data "$work/small_text" --steps 4 --resume --ckpt-dir "$work/other_program"
+# A resume past --steps would have ended at once and reported the checkpoint's later model as the
+# run's result: refused, the directory left as it was.
+cp -r "$good" "$work/steps_below"
+expect resume.steps_below 2 \
+  "^train_mlp: --resume: '$work/steps_below/ckpt_00000002.h5' is at step 2, past --steps 1: a resume trains on from the checkpoint's step \\(give --steps 2 or more, or start a new run in another --ckpt-dir\\)\$" \
+  mpi "$tm" "${small[@]}" --steps 1 --resume --ckpt-dir "$work/steps_below"
 # A checkpoint renamed to a later step's name: the directory orders checkpoints by name, so it
 # would be resumed from as the newest, and the resumed run's saves (--keep 2) would prune the
 # checkpoints of the steps between. Refused; the directory is left as it was (the check after the

@@ -4,7 +4,8 @@
 # (TESSERA_CHECKPOINT_TEST_KILL, "<point>:<rank>": step<S> mid-step, after_write@<S> or
 # before_rename@<S> mid-save). The killed job must end within 10 s, failed; every complete
 # checkpoint left must verify and `latest` must name one of them; --resume must then reproduce
-# the uninterrupted run's losses bit for bit.
+# the uninterrupted run's losses bit for bit, and leave the metrics file it appends to (the killed
+# run's) with one line a step, as the uninterrupted run's.
 set -uo pipefail
 work=$1
 tool=$2
@@ -35,12 +36,21 @@ if [ -e "$dir/latest" ]; then
   [ -f "$dir/$(cat "$dir/latest")" ] || fail "latest names $(cat "$dir/latest"), which does not exist"
 fi
 
-"$@" --steps 12 --save-every 4 --ckpt-dir "$dir" --resume --metrics "$work/resumed.jsonl" >/dev/null || fail "resume"
+# The resume appends to the killed run's metrics file, as a rerun of the same command would: the
+# lines of the steps after the restored checkpoint, which it trains again, are dropped first.
+before=$(wc -l <"$work/killed.jsonl")
+"$@" --steps 12 --save-every 4 --ckpt-dir "$dir" --resume --metrics "$work/killed.jsonl" >"$work/resumed.out" ||
+  fail "resume"
 losses() { sed -E 's/.*"step":([0-9]+),"loss":([^,]+),.*/\1 \2/' "$1"; }
-# Every loss computed, before the kill and after the resume, is the uninterrupted run's.
-n=$(losses "$work/resumed.jsonl" | wc -l)
+resumed_at=$(sed -nE 's/^resumed from .* at step ([0-9]+)$/\1/p' "$work/resumed.out")
+[ -n "$resumed_at" ] || fail "the resume did not say its step"
+n=$((12 - resumed_at))
 [ "$n" -ge 1 ] || fail "the resumed run computed no step"
-if ! diff <(cat <(losses "$work/killed.jsonl") <(losses "$work/resumed.jsonl") | sort -n -u) <(losses "$work/straight.jsonl"); then
-  fail "losses differ from the uninterrupted run's"
+# One line a step, in order, each the uninterrupted run's loss bit for bit.
+if ! diff <(losses "$work/killed.jsonl") <(losses "$work/straight.jsonl"); then
+  fail "the metrics file after the resume differs from the uninterrupted run's"
 fi
-echo "ok ($kill_at): ended in ${seconds}s, $(echo $complete | wc -w) complete checkpoint(s) verify, resumed $n steps bit for bit"
+dropped=$(sed -nE 's/.*: ([0-9]+) lines? after step [0-9]+ dropped .*/\1/p' "$work/resumed.out")
+[ "${dropped:-0}" -eq $((before - resumed_at)) ] ||
+  fail "the resume dropped ${dropped:-0} metrics lines, the killed run wrote $((before - resumed_at)) after step $resumed_at"
+echo "ok ($kill_at): ended in ${seconds}s, $(echo $complete | wc -w) complete checkpoint(s) verify, resumed $n steps bit for bit, ${dropped:-0} metrics lines dropped"

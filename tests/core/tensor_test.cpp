@@ -3,7 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <climits>
+#include <cstdint>
+#include <limits>
 #include <numeric>
+#include <vector>
 
 namespace tessera {
 namespace {
@@ -127,6 +131,30 @@ TEST(Tensor, ReshapeAndAstype) {
   }
   Tensor d = t.astype(DType::f64);
   EXPECT_EQ(d.at(5), 5.0);
+}
+
+TEST(Tensor, AstypeToIntegerSaturates) {
+  // A floating value beyond i32's range was cast as it was, which is undefined behaviour in C++
+  // (x86 gave INT32_MIN for 3e9 and for NaN alike).
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> values = {3e9f, -3e9f, inf, -inf, nan, 2.9f, -2.9f, 2147483520.f, -2147483648.f};
+  const std::vector<std::int32_t> expected = {INT32_MAX, INT32_MIN, INT32_MAX, INT32_MIN, 0, 2, -2, 2147483520,
+                                              INT32_MIN};
+  Tensor f = Tensor::empty({static_cast<std::int64_t>(values.size())}, DType::f32);
+  std::copy(values.begin(), values.end(), f.data<float>());
+  for (DType from : {DType::f32, DType::f64, DType::bf16}) {
+    Tensor i = f.astype(from).astype(DType::i32);
+    ASSERT_EQ(i.dtype(), DType::i32);
+    for (std::size_t k = 0; k < values.size(); ++k) {
+      if (from == DType::bf16 && (k == 5 || k == 6 || k == 7)) continue;  // bf16 rounds these
+      EXPECT_EQ(i.data<std::int32_t>()[k], expected[k]) << dtype_name(from) << " " << values[k];
+    }
+  }
+  Tensor bf = f.astype(DType::bf16).astype(DType::i32);
+  EXPECT_EQ(bf.data<std::int32_t>()[5], 2);   // 2.90625 in bf16
+  EXPECT_EQ(bf.data<std::int32_t>()[6], -2);
+  EXPECT_EQ(bf.data<std::int32_t>()[7], INT32_MAX);  // rounds up to 2^31
 }
 
 }  // namespace

@@ -378,6 +378,50 @@ TEST(CheckpointRoundTrip, PartialSourceIsRefusedOnEveryRank) {
   EXPECT_FALSE(latest_checkpoint(dir.path()).has_value());
 }
 
+// Every rank must pass the same state. A step that differed from rank to rank named two files
+// and ended in an MPI-IO error; arrays that differed went on into collectives of different sizes.
+// Now the first rank whose state differs from rank 0's names the difference, on every rank, and
+// nothing is written.
+TEST(CheckpointRoundTrip, StatesThatDifferFromRankToRankAreRefusedOnEveryRank) {
+  if (world_size() < 2) GTEST_SKIP() << "needs two ranks";
+  Mesh mesh = Mesh::world(meshes_of_size(world_size()).back());
+  const int last = world_size() - 1;
+  const bool odd_one = world_rank() == last;
+  TempDir dir("differs");
+  auto state_of = [&](std::int64_t step, Shape shape, std::string path) {
+    CheckpointState state;
+    state.step = step;
+    state.arrays.push_back({"params/b", ShardedTensor::zeros(mesh, Spec(), {4}), {}});
+    state.arrays.push_back({std::move(path), ShardedTensor::zeros(mesh, Spec(), std::move(shape)), {}});
+    return state;
+  };
+  const std::string prefix = "rank " + std::to_string(last) + ": save_checkpoint: this rank's state differs from rank 0's: ";
+  const std::string suffix = " on rank 0; every rank passes the same step, seed, configuration and arrays";
+  std::string message =
+      io_testing::io_error_of([&] { save_checkpoint(state_of(odd_one ? 4 : 3, {8, 8}, "params/W"), dir.path()); });
+  EXPECT_EQ(message, prefix + "step 4 here, step 3" + suffix);
+  EXPECT_TRUE(io_testing::same_on_every_rank(message));
+  message = io_testing::io_error_of([&] { save_checkpoint(state_of(3, {8, odd_one ? 4 : 8}, "params/W"), dir.path()); });
+  EXPECT_EQ(message, prefix + "array 'params/W' f32[8, 4] P(None, None) on " + mesh.shape().to_string() +
+                         " here, array 'params/W' f32[8, 8] P(None, None) on " + mesh.shape().to_string() + suffix);
+  CheckpointState fewer = state_of(3, {8, 8}, "params/W");
+  if (odd_one) fewer.arrays.pop_back();
+  message = io_testing::io_error_of([&] { save_checkpoint(fewer, dir.path()); });
+  EXPECT_EQ(message, prefix + "1 array here, 2 arrays" + suffix);
+  EXPECT_TRUE(io_testing::same_on_every_rank(message));
+  EXPECT_FALSE(latest_checkpoint(dir.path()).has_value());
+
+  // The same for a restore's target (its step comes from the file).
+  save_checkpoint(state_of(3, {8, 8}, "params/W"), dir.path());
+  CheckpointState target = state_of(0, {8, 8}, odd_one ? "params/V" : "params/W");
+  message = io_testing::io_error_of([&] { restore_checkpoint_into(dir.path(), target); });
+  EXPECT_EQ(message, "rank " + std::to_string(last) +
+                         ": restore_checkpoint: this rank's state differs from rank 0's: array 'params/V' f32[8, 8] P(None, None) on " +
+                         mesh.shape().to_string() + " here, array 'params/W' f32[8, 8] P(None, None) on " +
+                         mesh.shape().to_string() + " on rank 0; every rank passes the same arrays");
+  EXPECT_TRUE(io_testing::same_on_every_rank(message));
+}
+
 // Keep-last-K with old checkpoints removed before the save returns and by rank 0's background
 // thread: with the thread, a save returns with at most K + 1 complete checkpoints (the one it
 // is removing), and exactly K once wait_for_pruning() returns.

@@ -9,6 +9,7 @@
 #include "models/mlp.h"
 #include "nn/ops.h"
 #include "nn/train.h"
+#include "tests/collectives/expect_error.h"
 #include "tests/nn/nn_test_util.h"
 #include "tests/test_meshes.h"
 
@@ -111,6 +112,27 @@ TEST(Layers, InitialParametersAreBitIdenticalOnEveryMesh) {
       EXPECT_TRUE(p.to_global().bit_equal(ref.at(path).to_global())) << shape.to_string() << " " << path;
     }
   }
+}
+
+// Sizes below 1 are refused at declaration: an MLP of -1 layers had no parameters and its apply
+// returned its input.
+TEST(Layers, SizesBelowOneAreRefused) {
+  const MeshShape mesh({"data", "model"}, {1, 1});
+  for (bool scan : {false, true}) {
+    testing_support::expect_error<UsageError>([&] { abstract_init(MLP{-1, 16, scan, false}, mesh, tutorial_rules(), {8, 4}); },
+                                              "MLP: num_layers must be >= 1, got -1");
+    testing_support::expect_error<UsageError>([&] { abstract_init(MLP{0, 16, scan, false}, mesh, tutorial_rules(), {8, 4}); },
+                                              "MLP: num_layers must be >= 1, got 0");
+    testing_support::expect_error<UsageError>([&] { abstract_init(MLP{2, 0, scan, false}, mesh, tutorial_rules(), {8, 4}); },
+                                              "MLP: depth must be >= 1, got 0");
+  }
+  Dense dense;
+  dense.features = -3;
+  testing_support::expect_error<UsageError>([&] { abstract_init(dense, mesh, tutorial_rules(), {8, 4}); },
+                                            "Dense: features must be >= 1, got -3");
+  testing_support::expect_error<UsageError>(
+      [&] { abstract_init(DotReluDot{0}, mesh, tutorial_rules(), {8, 4}); }, "DotReluDot: depth must be >= 1, got 0");
+  EXPECT_EQ(abstract_init(MLP{1, 16, false, false}, mesh, tutorial_rules(), {8, 4}).size(), 2u);
 }
 
 // The tutorial's check: the shardings from physical annotations equal those from logical names

@@ -108,6 +108,22 @@ TEST(GradCheck, OutputAndSeedAreChecked) {
   EXPECT_TRUE(grads[0].has_value());
 }
 
+// A dimension given twice was summed once, in silence: sum(x, {0, 0}) of a [2, 3] tensor gave
+// shape [3]. It is refused, as JAX's "repeated axis", also when one of the two is negative.
+TEST(GradCheck, SumRefusesARepeatedDimension) {
+  Mesh mesh = self_mesh();
+  Var a(ShardedTensor::from_global(mesh, Spec(), test_values({2, 3}, 7)), true);
+  testing_support::expect_error<ShapeError>([&] { sum(a, {0, 0}); }, "sum: dimension 0 is given twice");
+  testing_support::expect_error<ShapeError>([&] { mean(a, {1, -1}); }, "mean: dimension 1 is given twice");
+  testing_support::expect_error<ShapeError>([&] { sum(a.value(), {-1, 1}, true); }, "sum: dimension 1 is given twice");
+  testing_support::expect_error<ShapeError>([&] { sum(a, {2}); },
+                                            "sum: dimension 2 is out of range for a tensor of 2 dimensions");
+  testing_support::expect_error<ShapeError>([&] { sum(a, {-3}); },
+                                            "sum: dimension -3 is out of range for a tensor of 2 dimensions");
+  EXPECT_EQ(sum(a, {1, 0}).shape(), (Shape{}));
+  EXPECT_EQ(sum(a, {-1}).shape(), (Shape{2}));
+}
+
 // A stacked variable's cotangent built slab by slab (take_layer's backward, GradSink::add_slab):
 // a slab taken twice sums both, a slab never taken is zero, and a use of the whole stack adds to
 // every slab, whichever comes first in the backward pass. The cotangent's first slab is copied
