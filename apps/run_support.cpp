@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 #include <utility>
@@ -97,6 +98,54 @@ std::optional<std::string> resume_mismatch(const std::string& file, const Resume
 }
 
 }  // namespace
+
+namespace {
+
+// Rank 0's reason to refuse --metrics `metrics`, or nullopt.
+std::optional<std::string> metrics_path_refusal(const std::string& metrics, const std::string& ckpt_dir,
+                                                const std::string& data) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  const fs::path file = fs::weakly_canonical(metrics, error);
+  if (error) return std::nullopt;  // opening it reports what is wrong
+  if (!ckpt_dir.empty()) {
+    fs::path dir = fs::weakly_canonical(ckpt_dir, error);
+    if (!error) {
+      if (dir.filename().empty()) dir = dir.parent_path();
+      const auto [d, f] = std::mismatch(dir.begin(), dir.end(), file.begin(), file.end());
+      if (d == dir.end()) {
+        return "--metrics '" + metrics + "' is inside --ckpt-dir '" + ckpt_dir +
+               "', which holds only the run's checkpoints; write the metrics elsewhere";
+      }
+    }
+  }
+  if (!data.empty() && fs::equivalent(metrics, data, error) && !error) {
+    return "--metrics '" + metrics + "' is the --data file; write the metrics elsewhere";
+  }
+  struct stat st {};
+  if (::stat(metrics.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+    const int fd = ::open(metrics.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd >= 0) {
+      char head[8] = {};
+      const ssize_t got = ::pread(fd, head, sizeof head, 0);
+      ::close(fd);
+      if (got == 8 && std::memcmp(head, "\x89HDF\r\n\x1a\n", 8) == 0) {
+        return "--metrics '" + metrics + "' is an HDF5 file (a checkpoint?), not a metrics file; it is left as it is";
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+void check_metrics_path(const Communicator& comm, const std::string& metrics, const std::string& ckpt_dir,
+                        const std::string& data) {
+  if (metrics.empty()) return;
+  const std::optional<std::string> refusal =
+      comm.rank() == 0 ? metrics_path_refusal(metrics, ckpt_dir, data) : std::nullopt;
+  if (auto message = broadcast_root_message(comm, refusal)) throw UsageError(*message);
+}
 
 RunCheckpoints open_run_checkpoints(const Communicator& comm, const std::string& dir, bool resume, bool overwrite,
                                     const ResumeConfig& config) {

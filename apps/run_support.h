@@ -38,6 +38,14 @@ struct ResumeConfig {
   std::int64_t steps = -1;
 };
 
+// Collective: --metrics must not name a file the run reads or keeps. A path inside --ckpt-dir
+// (a resume cuts the metrics file back to its checkpoint's step, and a save replaces `latest`:
+// either damaged a checkpoint or lost the metrics), the --data file (`data`, empty for none), or
+// an HDF5 file (a checkpoint of another run, which the run would overwrite) is a UsageError on
+// every rank, rank 0 deciding.
+void check_metrics_path(const Communicator& comm, const std::string& metrics, const std::string& ckpt_dir,
+                        const std::string& data);
+
 // Collective: locks `dir`, applies the fresh-run rule on rank 0 (claim_checkpoint_directory)
 // and agrees on its outcome (a refusal is a UsageError on every rank), and with `resume` finds
 // the latest checkpoint (UsageError "--resume: no checkpoint in 'DIR'" when there is none) and

@@ -343,6 +343,8 @@ int run(const Options& o, int world_rank) {
 
   // Held until the run ends: rank 0's lock on the directory and the checkpoint to resume from.
   // A resume continues the saved model and its data: these flags must be the checkpoint's.
+  // --metrics names no checkpoint, nothing in --ckpt-dir and not the data (a resume cuts it back).
+  apps::check_metrics_path(mesh.comm(), o.metrics, o.ckpt_dir, o.data);
   const apps::RunCheckpoints checkpoints = apps::open_run_checkpoints(
       mesh.comm(), o.ckpt_dir, o.resume, o.overwrite,
       {config_json(o), {"layers", "d_model", "heads", "d_ff", "scan", "seq_len", "batch", "seed"}, o.steps});

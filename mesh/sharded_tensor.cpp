@@ -88,7 +88,11 @@ Tensor ShardedTensor::to_global() const {
   const int rc = MPI_Allgather(send_block.raw(), count, type, all.data(), count, type, mesh_.comm().handle());
   if (unit > 1) MPI_Type_free(&type);
   check_mpi(rc, "MPI_Allgather (to_global)");
-  Tensor global(global_shape_, dtype());
+  // A partial bf16 value is summed in f32 in rank order and rounded once (semantics 8, as a
+  // reshard's reduction does): adding bf16 blocks one at a time rounded after each add, and lost
+  // the small terms (256 + 1 + ... + 1 over 8 ranks read back as 256, where reshard gave 264).
+  const bool widen = spec_.is_partial() && dtype() == DType::bf16;
+  Tensor global(global_shape_, widen ? DType::f32 : dtype());
   Tensor block(max_block, dtype());
   for (int r = 0; r < n; ++r) {
     auto coords = shape.coords_of(r);
@@ -103,13 +107,15 @@ Tensor ShardedTensor::to_global() const {
     const Tensor own = even ? block : extract_block(block, std::vector<std::int64_t>(max_block.size(), 0),
                                                     local_shape(spec_, shape, global_shape_, coords));
     auto offsets = tessera::block_offsets(spec_, shape, global_shape_, coords);
-    if (spec_.is_partial()) {
+    if (widen) {
+      add_block(global, own.astype(DType::f32), offsets);
+    } else if (spec_.is_partial()) {
       add_block(global, own, offsets);
     } else {
       insert_block(global, own, offsets);
     }
   }
-  return global;
+  return widen ? global.astype(DType::bf16) : global;
 }
 
 std::string ShardedTensor::describe() const {

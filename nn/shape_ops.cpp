@@ -14,9 +14,10 @@ namespace tessera::nn {
 namespace {
 
 int normalize_dim(int dim, int ndim, const char* op, const ShardedTensor& x) {
+  const int given = dim;  // named as the caller gave it (-3, not -1 of a 2-d tensor)
   if (dim < 0) dim += ndim;
   if (dim < 0 || dim >= ndim) {
-    throw ShapeError(std::string(op) + ": dimension " + std::to_string(dim) + " out of range for " + operand_string(x));
+    throw ShapeError(std::string(op) + ": dimension " + std::to_string(given) + " out of range for " + operand_string(x));
   }
   return dim;
 }

@@ -391,6 +391,29 @@ cp -r "$good" "$work/steps_below"
 expect resume.steps_below 2 \
   "^train_mlp: --resume: '$work/steps_below/ckpt_00000002.h5' is at step 2, past --steps 1: a resume trains on from the checkpoint's step \\(give --steps 2 or more, or start a new run in another --ckpt-dir\\)\$" \
   mpi "$tm" "${small[@]}" --steps 1 --resume --ckpt-dir "$work/steps_below"
+# --metrics naming a file the run reads or keeps: inside --ckpt-dir (a resume cut a checkpoint
+# named there back to its last newline and appended JSON to it; a save's new `latest` replaced
+# the metrics), the --data file, or another run's checkpoint, which a fresh run overwrote. Refused
+# before anything is written; the checkpoint is left as it was (the check after the run).
+mkdir -p "$work/metrics_in_dir"
+expect metrics.inside_ckpt_dir 2 \
+  "^train_mlp: --metrics '$work/metrics_in_dir/m.jsonl' is inside --ckpt-dir '$work/metrics_in_dir', which holds only the run's checkpoints; write the metrics elsewhere\$" \
+  mpi "$tm" "${small[@]}" --steps 2 --ckpt-dir "$work/metrics_in_dir" --metrics "$work/metrics_in_dir/m.jsonl"
+cp -r "$good" "$work/metrics_on_ckpt"
+expect metrics.resume_onto_checkpoint 2 \
+  "^train_mlp: --metrics '$work/metrics_on_ckpt/ckpt_00000002.h5' is inside --ckpt-dir '$work/metrics_on_ckpt', which holds only" \
+  one bash -c 'sum=$(md5sum <"$3/ckpt_00000002.h5"); bash "$1" "$2" "${@:4}"; rc=$?
+    [ "$(md5sum <"$3/ckpt_00000002.h5")" = "$sum" ] || { echo "the checkpoint changed" >&2; exit 9; }
+    exit $rc' _ "$launch" "$ranks" "$work/metrics_on_ckpt" "$tm" "${small[@]}" --steps 4 --resume \
+  --ckpt-dir "$work/metrics_on_ckpt" --metrics "$work/metrics_on_ckpt/ckpt_00000002.h5"
+expect metrics.hdf5_file 2 \
+  "^train_mlp: --metrics '$good_file' is an HDF5 file \\(a checkpoint\\?\\), not a metrics file; it is left as it is\$" \
+  one bash -c 'sum=$(md5sum <"$3"); bash "$1" "$2" "${@:4}"; rc=$?
+    [ "$(md5sum <"$3")" = "$sum" ] || { echo "the checkpoint changed" >&2; exit 9; }
+    exit $rc' _ "$launch" "$ranks" "$good_file" "$tm" "${small[@]}" --steps 1 --metrics "$good_file"
+expect metrics.is_data 2 \
+  "^train_lm: --metrics '$work/small_text' is the --data file; write the metrics elsewhere\$" \
+  mpi "$apps/train_lm" "${tiny_lm[@]}" --data "$work/small_text" --metrics "$work/small_text"
 # A checkpoint renamed to a later step's name: the directory orders checkpoints by name, so it
 # would be resumed from as the newest, and the resumed run's saves (--keep 2) would prune the
 # checkpoints of the steps between. Refused; the directory is left as it was (the check after the

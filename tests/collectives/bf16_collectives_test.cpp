@@ -143,6 +143,21 @@ TEST(Bf16Collectives, AllReduceRoundsOnce) {
   EXPECT_NE(expected, 256.0);
 }
 
+// A partial bf16 value read back with to_global is summed as a reshard sums it: in f32 in rank
+// order, rounded once. to_global added the bf16 blocks one at a time and lost every +1 after 256.
+TEST(Bf16Collectives, ToGlobalOfAPartialValueRoundsOnce) {
+  if (world_size() < 4) GTEST_SKIP() << "needs 4 ranks";
+  Mesh mesh = Mesh::world(MeshShape({"all"}, {world_size()}));
+  const Tensor mine = Tensor::full({4}, mesh.rank() == 0 ? 256.0 : 1.0, DType::bf16);
+  const ShardedTensor partial(mesh, parse_spec("P(None; partial=all)"), {4}, mine);
+  const double expected = static_cast<float>(bfloat16(256.0f + static_cast<float>(world_size() - 1)));
+  const Tensor global = partial.to_global();
+  ASSERT_EQ(global.dtype(), DType::bf16);
+  for (std::int64_t i = 0; i < 4; ++i) EXPECT_EQ(global.at(i), expected);
+  EXPECT_TRUE(global.bit_equal(reshard(partial, parse_spec("P(None)")).to_global()));
+  EXPECT_NE(expected, 256.0);
+}
+
 // reshard between every pair of specs of a 2-D tensor (partial sources included): the bf16 value
 // is the f32 one rounded (sums aside, which round once), in exactly half the bytes.
 TEST(Bf16Collectives, ReshardEveryPairAtHalfTheBytes) {

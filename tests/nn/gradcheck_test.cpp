@@ -122,6 +122,9 @@ TEST(GradCheck, SumRefusesARepeatedDimension) {
                                             "sum: dimension -3 is out of range for a tensor of 2 dimensions");
   EXPECT_EQ(sum(a, {1, 0}).shape(), (Shape{}));
   EXPECT_EQ(sum(a, {-1}).shape(), (Shape{2}));
+  // The shape ops name a dimension out of range as it was given (transpose named -3 as -1).
+  testing_support::expect_error<ShapeError>([&] { transpose(a, 0, -3); },
+                                            "transpose: dimension -3 out of range for '' [2, 3] P(None, None)");
 }
 
 // A stacked variable's cotangent built slab by slab (take_layer's backward, GradSink::add_slab):
