@@ -8,7 +8,7 @@
 // exiting:
 //   - every failing rank enters an MPI_Ibarrier on a communicator of its own (a duplicate of
 //     MPI_COMM_WORLD made before `run`, so it cannot match a collective `run` was inside) and
-//     polls it for up to kAgreeSeconds;
+//     polls it for up to kFailedRankWaitSeconds (mesh/agree.h: 3 s);
 //   - if it completes, every rank failed: rank 0 prints its message once ("program: message")
 //     and every rank returns 2 (3 for an IntegrityError: a checkpoint that fails its checks);
 //   - if not, some rank is elsewhere (in a collective, or still running): the rank prints
@@ -24,22 +24,17 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <exception>
 #include <iostream>
 #include <string>
-#include <thread>
 #include <utility>
 
 #include "core/error.h"
 #include "core/version.h"
+#include "mesh/agree.h"
 
 namespace tessera::apps {
-
-// How long a failing rank waits for the others to fail too. Replicated checks fail on every rank
-// within milliseconds of each other; the margin covers oversubscribed ranks (8 on 2 cores).
-inline constexpr double kAgreeSeconds = 3.0;
 
 // The rank TESSERA_FAULT=throw_on_rank:R names, or -1.
 inline int fault_rank() {
@@ -53,18 +48,11 @@ inline int fault_rank() {
   }
 }
 
-// True when every rank of `comm` enters this within kAgreeSeconds.
+// True when every rank of `comm` enters this within kFailedRankWaitSeconds.
 inline bool all_ranks_failed(MPI_Comm comm) {
   MPI_Request request = MPI_REQUEST_NULL;
   if (MPI_Ibarrier(comm, &request) != MPI_SUCCESS) return false;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(kAgreeSeconds);
-  while (std::chrono::steady_clock::now() < deadline) {
-    int done = 0;
-    if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
-    if (done) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return false;  // the request stays pending; MPI_Abort follows
+  return wait_until_done(request);  // when not, the request stays pending; MPI_Abort follows
 }
 
 // The footer of every app's --help (the README's "Exit codes" table says the same).

@@ -24,6 +24,7 @@
 #include "core/text.h"
 #include "io/checkpoint.h"
 #include "io/checkpoint_dir.h"
+#include "io/hdf5_handle.h"
 #include "mesh/communicator.h"
 #include "mesh/mpi_check.h"
 #include "models/transformer.h"
@@ -124,14 +125,14 @@ std::optional<std::string> metrics_path_refusal(const std::string& metrics, cons
   }
   struct stat st {};
   if (::stat(metrics.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
-    const int fd = ::open(metrics.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd >= 0) {
-      char head[8] = {};
-      const ssize_t got = ::pread(fd, head, sizeof head, 0);
-      ::close(fd);
-      if (got == 8 && std::memcmp(head, "\x89HDF\r\n\x1a\n", 8) == 0) {
-        return "--metrics '" + metrics + "' is an HDF5 file (a checkpoint?), not a metrics file; it is left as it is";
-      }
+    bool hdf5 = false;
+    try {
+      hdf5 = is_hdf5_file(metrics, "--metrics");
+    } catch (const IoError&) {
+      // Not readable: opening it for the metrics reports what is wrong.
+    }
+    if (hdf5) {
+      return "--metrics '" + metrics + "' is an HDF5 file (a checkpoint?), not a metrics file; it is left as it is";
     }
   }
   return std::nullopt;

@@ -69,6 +69,13 @@ void H5Handle::close(std::string_view what) {
   check_h5(status, "close", what);
 }
 
+bool is_hdf5_file(const std::string& path, std::string_view context) {
+  quiet_hdf5_errors();
+  const htri_t found = H5Fis_hdf5(path.c_str());
+  check_h5(found, "H5Fis_hdf5", context);
+  return found > 0;
+}
+
 void check_h5(herr_t status, std::string_view call, std::string_view context) {
   if (status >= 0) return;
   std::string stack = take_hdf5_error_stack();

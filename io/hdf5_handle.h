@@ -55,6 +55,13 @@ void check_h5(herr_t status, std::string_view call, std::string_view context);
 // Wraps a new identifier, or throws as check_h5 when it is invalid.
 H5Handle check_id(hid_t id, H5Handle::Closer closer, std::string_view call, std::string_view context);
 
+// Whether HDF5 finds its signature in the file `path`: at its start, or after a user block (at
+// 512, 1024, ... bytes), as HDF5's own open looks for it. For a regular file only (check it
+// first with core/files.h regular_file_problem): HDF5 opens it by name, and the open of a FIFO
+// waits for a writer. Throws IoError as check_h5 ("<context>: H5Fis_hdf5 failed: ...") when HDF5
+// cannot read it.
+bool is_hdf5_file(const std::string& path, std::string_view context);
+
 // Typed wrappers for the kinds tessera uses.
 inline H5Handle file_handle(hid_t id, std::string_view call, std::string_view context) {
   return check_id(id, H5Fclose, call, context);

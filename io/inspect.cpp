@@ -26,9 +26,7 @@ H5Handle open_local(const std::string& file) {
   // A FIFO or a device is refused before HDF5 opens it (its open of a FIFO would wait for a
   // writer: core/files.h).
   if (const std::string why = regular_file_problem(file); !why.empty()) throw IoError(context + " " + why);
-  htri_t is_hdf5 = H5Fis_hdf5(file.c_str());
-  check_h5(is_hdf5, "H5Fis_hdf5", context);
-  if (is_hdf5 == 0) throw IoError(context + " is not an HDF5 file");
+  if (!is_hdf5_file(file, context)) throw IoError(context + " is not an HDF5 file");
   H5Handle access = checkpoint_io::local_file_access(context);
   return file_handle(H5Fopen(file.c_str(), H5F_ACC_RDONLY, access.get()), "H5Fopen", context);
 }

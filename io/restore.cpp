@@ -73,9 +73,7 @@ void check_readable(const std::string& file) {
   if (const std::string why = regular_file_problem(file); !why.empty()) {
     throw IoError("restore_checkpoint: " + format::file_context(file) + " " + why + " on this rank");
   }
-  htri_t is_hdf5 = H5Fis_hdf5(file.c_str());
-  check_h5(is_hdf5, "H5Fis_hdf5", "restore_checkpoint: " + format::file_context(file));
-  if (is_hdf5 == 0) throw IoError("restore_checkpoint: " + format::file_context(file) + " is not an HDF5 file");
+  if (!is_hdf5_file(file, "restore_checkpoint: " + format::file_context(file))) throw IoError("restore_checkpoint: " + format::file_context(file) + " is not an HDF5 file");
 }
 
 // Reads step, seed and config after checking format name and version; returns the version.

@@ -1,7 +1,9 @@
 // One allreduce finds the first failing rank, one broadcast sends its message to all.
 #include "mesh/agree.h"
 
+#include <chrono>
 #include <climits>
+#include <thread>
 
 #include "core/checked.h"
 #include "core/error.h"
@@ -21,6 +23,17 @@ std::string broadcast_string(const Communicator& comm, std::string value, int ro
     check_mpi(MPI_Bcast(value.data(), static_cast<int>(length), MPI_CHAR, root, comm.handle()), "MPI_Bcast");
   }
   return value;
+}
+
+bool wait_until_done(MPI_Request& request, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (true) {
+    int done = 0;
+    if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
+    if (done) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 namespace {

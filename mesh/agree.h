@@ -3,6 +3,8 @@
 // collective.
 #pragma once
 
+#include <mpi.h>
+
 #include <exception>
 #include <optional>
 #include <string>
@@ -23,6 +25,17 @@ std::optional<std::string> first_error(const Communicator& comm, const std::opti
 // (with several ranks); returns when no rank passed one. For errors whose type the callers keep
 // (shard_map's body, which is the user's code).
 void rethrow_first_error(const Communicator& comm, const std::exception_ptr& local_error);
+
+// How long a rank that failed waits for the other ranks to reach the agreement on it before it ends
+// the job: the programs' error path (apps/cli_main.h) and a shard_map body that threw
+// (nn/shard_map.cpp). Checks that every rank makes fail within milliseconds of each other; the
+// margin covers 8 ranks oversubscribed on 2 cores.
+inline constexpr double kFailedRankWaitSeconds = 3.0;
+
+// Polls `request`, a nonblocking collective this rank posted, until it completes (true) or
+// `seconds` pass (false, also on an error of MPI_Test; the request then stays pending and the
+// caller ends the job). Sleeps 1 ms between polls, so that the ranks it waits for have the cores.
+bool wait_until_done(MPI_Request& request, double seconds = kFailedRankWaitSeconds);
 
 // Collective: throws E(message) on every rank if any rank passed an error.
 template <class E>

@@ -2,7 +2,6 @@
 // the body's tape. The replication analysis reads the body's tape (see spmd_frame.h).
 #include "nn/shard_map.h"
 
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -13,7 +12,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <unordered_map>
 
 #include "collectives/collectives.h"
@@ -212,7 +210,8 @@ void check_same_along(const Mesh& mesh, const Tensor& block, const std::string& 
 // description, the first differing rank naming both. The agreement runs on the mesh's control
 // communicator, so that it never matches a collective of the body: a body that throws on some
 // ranks while the others are inside one of its collectives (which the throwing ranks left) ends
-// the job with the error after kThrewWaitSeconds, as nothing can take the others out of it.
+// the job with the error after kFailedRankWaitSeconds (mesh/agree.h), as nothing can take the
+// others out of it.
 std::string describe_results(const std::vector<Var>& results, const Mesh& local, const Signature* sig) {
   std::string text = std::to_string(results.size()) + (results.size() == 1 ? " result" : " results");
   for (std::size_t k = 0; k < results.size(); ++k) {
@@ -234,11 +233,6 @@ struct BodyOutcome {
   std::exception_ptr thrown;  // a tessera::Error
 };
 
-// How long a rank whose body threw waits for the others to reach the agreement. The others run
-// the same body on a block of the same shape, so they arrive within moments of each other, also 8
-// oversubscribed ranks (the programs' own agreement on an error waits as long: apps/cli_main.h).
-constexpr double kThrewWaitSeconds = 3.0;
-
 // The rank whose body threw, when the others did not arrive in time: most likely they wait in one
 // of the body's collectives, which this rank left. Nothing can take them out of it, so the job
 // ends with this rank's message (exit code 2, 3 for an IntegrityError, as the programs' table).
@@ -254,7 +248,7 @@ constexpr double kThrewWaitSeconds = 3.0;
     message = e.what();
   }
   std::cerr << "tessera: rank " << mesh.rank() << ": shard_map: the body threw on this rank and the other ranks did not "
-            << "reach the agreement on its results within " << kThrewWaitSeconds
+            << "reach the agreement on its results within " << kFailedRankWaitSeconds
             << " s (they wait in one of the body's collectives, or still run it); ending the job: " << message
             << std::endl;
   MPI_Abort(mesh.comm().handle(), code);
@@ -273,16 +267,11 @@ void agree_on_results(const Mesh& mesh, const Mesh& local, const BodyOutcome& ou
   check_mpi(MPI_Iallreduce(MPI_IN_PLACE, most, 4, MPI_UINT64_T, MPI_MAX, comm.handle(), &request), "MPI_Iallreduce");
   if (!threw) {
     check_mpi(MPI_Wait(&request, MPI_STATUS_IGNORE), "MPI_Wait");
-  } else {
-    // Polled, with a deadline: a rank that returned waits as long as the others take.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(kThrewWaitSeconds);
-    int done = 0;
-    while (true) {
-      check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
-      if (done) break;
-      if (std::chrono::steady_clock::now() >= deadline) abort_for_body_error(mesh, outcome.thrown);
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+  } else if (!wait_until_done(request)) {
+    // Polled, with a deadline (a rank that returned waits as long as the others take). The
+    // others run the same body on a block of the same shape, so they arrive within moments of
+    // each other; those that do not are in one of the body's collectives.
+    abort_for_body_error(mesh, outcome.thrown);
   }
   // Every rank's body threw (a check on replicated facts): each rank's own error stands, as it was.
   if (most[3] == 0) std::rethrow_exception(outcome.thrown);

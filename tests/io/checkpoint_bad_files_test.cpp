@@ -567,6 +567,28 @@ TEST(CheckpointBadFiles, FileThatIsNotHdf5) {
             from_rank(0) + "restore_checkpoint: file '" + file + "' is not an HDF5 file");
 }
 
+// is_hdf5_file, which the restore, ckpt_tool and the programs' --metrics check share, finds
+// HDF5's signature where HDF5's open does: also after a user block, which a check of the first
+// eight bytes misses.
+TEST(CheckpointBadFiles, IsHdf5FileFindsTheSignatureAfterAUserBlock) {
+  TempDir dir("signature");
+  const std::string plain = dir / "plain.h5", with_block = dir / "user_block.h5", text = dir / "text.h5";
+  if (world_rank() == 0) {
+    { H5Handle f = file_handle(H5Fcreate(plain.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), "H5Fcreate", plain); }
+    H5Handle create = plist_handle(H5Pcreate(H5P_FILE_CREATE), "H5Pcreate", with_block);
+    check_h5(H5Pset_userblock(create.get(), 512), "H5Pset_userblock", with_block);
+    { H5Handle f = file_handle(H5Fcreate(with_block.c_str(), H5F_ACC_TRUNC, create.get(), H5P_DEFAULT), "H5Fcreate", with_block); }
+    std::ofstream(text) << "\x89HDF is not enough\n";
+    EXPECT_TRUE(is_hdf5_file(plain, "test"));
+    EXPECT_TRUE(is_hdf5_file(with_block, "test"));
+    char head[8] = {};
+    std::ifstream(with_block, std::ios::binary).read(head, sizeof head);
+    EXPECT_NE(std::string(head, 8), std::string("\x89HDF\r\n\x1a\n", 8));  // not at the start
+    EXPECT_FALSE(is_hdf5_file(text, "test"));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 TEST(CheckpointBadFiles, MissingFileAndEmptyDirectory) {
   TempDir dir("missing_file");
   EXPECT_EQ(restore_error(dir / "ckpt_00000007.h5", target_state()),
