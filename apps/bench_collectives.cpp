@@ -126,8 +126,14 @@ int main(int argc, char** argv) {
       throw UsageError("--max must be between --min (" + std::to_string(min_bytes) + ") and 4294967296, got " +
                        std::to_string(max_bytes));
     }
-    if (iters < 1) throw UsageError("--iters must be >= 1, got " + std::to_string(iters));
-    if (warmup < 0) throw UsageError("--warmup must be >= 0, got " + std::to_string(warmup));
+    // Bounded as bench_train's --steps: each timed pair keeps three figures, so a count near
+    // INT_MAX would ask for tens of GB before the first pair.
+    if (iters < 1 || iters > 1000000) {
+      throw UsageError("--iters must be between 1 and 1000000, got " + std::to_string(iters));
+    }
+    if (warmup < 0 || warmup > 1000000) {
+      throw UsageError("--warmup must be between 0 and 1000000, got " + std::to_string(warmup));
+    }
     std::vector<CommOp> kinds;
     for (const auto& name : ops) {
       const auto op = comm_op_from_string(name);

@@ -85,6 +85,10 @@ std::optional<std::string> resume_mismatch(const std::string& file, const Resume
     const auto then = config_value(saved, key), now = config_value(config.json, key);
     if (!then || !now || *then == *now) continue;
     if (key == "program") return "--resume: '" + file + "' was saved by " + *then + ", not by " + *now;
+    if (key == "data") {
+      return "--resume: '" + file + "' was saved training on other data (" + *then + ") than this run's --data (" +
+             *now + "): a resume continues the saved model and its data (start a changed run in another --ckpt-dir)";
+    }
     std::string flag = "--" + key;
     std::replace(flag.begin(), flag.end(), '_', '-');
     return "--resume: '" + file + "' was saved with " + flag + " " + *then + ", this run has " + flag + " " + *now +

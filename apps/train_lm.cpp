@@ -75,13 +75,23 @@ struct Options {
   double temperature = 0.7;
 };
 
-// The flags that fix the model, the data and the schedule, stored in checkpoints.
-std::string config_json(const Options& o) {
+// What identifies the text a run trains on, stored in its checkpoints so that a resume on other
+// data is refused: its length and its FNV-1a 64 (core/rng.h), not the file's name, which may
+// change while the bytes do not.
+std::string data_identity(const std::string& text) {
+  char hash[17];
+  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(stream_id(text)));
+  return std::to_string(text.size()) + " bytes, FNV-1a 64 " + hash;
+}
+
+// The flags that fix the model, the data and the schedule, stored in checkpoints; `data` is the
+// text's data_identity.
+std::string config_json(const Options& o, const std::string& data) {
   std::ostringstream s;
   s << "{\"program\":\"train_lm\",\"batch\":" << o.batch << ",\"seq_len\":" << o.seq_len << ",\"d_model\":"
     << o.d_model << ",\"heads\":" << o.heads << ",\"d_ff\":" << o.d_ff << ",\"layers\":" << o.layers
     << ",\"fsdp\":" << (o.fsdp ? "true" : "false") << ",\"scan\":" << (o.scan ? "true" : "false")
-    << ",\"steps\":" << o.steps << ",\"lr\":" << o.lr << ",\"seed\":" << o.seed << "}";
+    << ",\"steps\":" << o.steps << ",\"lr\":" << o.lr << ",\"seed\":" << o.seed << ",\"data\":\"" << data << "\"}";
   return s.str();
 }
 
@@ -340,6 +350,7 @@ int run(const Options& o, int world_rank) {
   const std::string source = o.data.empty() ? std::string(kDefaultCorpus) : "--data '" + o.data + "'";
   const std::string text = load_text(o, mesh.comm());
   const Splits splits = split_text(text, o.seq_len, source);
+  const std::string data = data_identity(text);
 
   // Held until the run ends: rank 0's lock on the directory and the checkpoint to resume from.
   // A resume continues the saved model and its data: these flags must be the checkpoint's.
@@ -347,7 +358,7 @@ int run(const Options& o, int world_rank) {
   apps::check_metrics_path(mesh.comm(), o.metrics, o.ckpt_dir, o.data);
   const apps::RunCheckpoints checkpoints = apps::open_run_checkpoints(
       mesh.comm(), o.ckpt_dir, o.resume, o.overwrite,
-      {config_json(o), {"layers", "d_model", "heads", "d_ff", "scan", "seq_len", "batch", "seed"}, o.steps});
+      {config_json(o, data), {"layers", "d_model", "heads", "d_ff", "scan", "seq_len", "batch", "seed", "data"}, o.steps});
   const std::optional<std::string>& resume_file = checkpoints.resume_file;
   if (root) {
     std::cout << "train_lm: " << mesh.to_string() << " over " << mesh.size() << " ranks\n"
@@ -445,14 +456,14 @@ int run(const Options& o, int world_rank) {
     }
     if (heldout) report_heldout(state.step, *heldout);
     if (!o.ckpt_dir.empty() && o.save_every > 0 && state.step % o.save_every == 0) {
-      const std::string file = save_train_state(state, o.ckpt_dir, {o.seed, config_json(o), infos}, SaveOptions{o.keep});
+      const std::string file = save_train_state(state, o.ckpt_dir, {o.seed, config_json(o, data), infos}, SaveOptions{o.keep});
       last_saved = state.step;
       if (root) std::cout << "saved " << file << '\n';
     }
   }
   const double train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
   if (!o.ckpt_dir.empty() && last_saved != state.step) {
-    const std::string file = save_train_state(state, o.ckpt_dir, {o.seed, config_json(o), infos}, SaveOptions{o.keep});
+    const std::string file = save_train_state(state, o.ckpt_dir, {o.seed, config_json(o, data), infos}, SaveOptions{o.keep});
     if (root) std::cout << "saved " << file << '\n';
   }
   if (last_eval != state.step) {

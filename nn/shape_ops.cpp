@@ -28,6 +28,9 @@ Spec reshaped_spec(const ShardedTensor& x, const Shape& shape) {
   const int no = static_cast<int>(old.size()), nn = static_cast<int>(shape.size());
   Spec spec = Spec::replicated(nn);
   spec.partial = x.spec().partial;
+  // No elements: every block is empty whatever the spec, and the grouping below has no sizes to
+  // follow ([1, 0] into [0]); the result is replicated, as the reshape of an empty array is in JAX.
+  if (numel(old) == 0 && old != shape) return spec;
   int i = 0, j = 0;
   while (i < no || j < nn) {
     std::vector<int> olds, news;
@@ -53,11 +56,16 @@ Spec reshaped_spec(const ShardedTensor& x, const Shape& shape) {
                          std::to_string(d) + " is split but is not the major dimension of the dimensions it " +
                          "merges or splits into; reshard it first");
       }
+      if (new_major < 0) {
+        throw ShapeError("reshape: " + operand_string(x) + " to " + shape_to_string(shape) + ": dimension " +
+                         std::to_string(d) + " (size " + std::to_string(old[d]) +
+                         ") is split and has no dimension of the result to go to; reshard it first");
+      }
       const std::int64_t k = x.mesh().shape().axes_size(axes);
       // Local only when the k blocks of dimension d (times the dimensions it merges with) are
       // the k blocks of the new major dimension (times its minor ones) under the block rule.
-      bool same_blocks = new_major >= 0;
-      if (same_blocks) {
+      bool same_blocks = true;
+      {
         std::int64_t old_minor = 1, new_minor = 1;
         for (int e : olds) old_minor *= e > d ? old[e] : 1;
         for (int e : news) new_minor *= e > new_major ? shape[e] : 1;
@@ -67,7 +75,7 @@ Spec reshaped_spec(const ShardedTensor& x, const Shape& shape) {
       }
       if (!same_blocks) {
         throw ShapeError("reshape: " + operand_string(x) + " to " + shape_to_string(shape) + ": dimension " +
-                         std::to_string(new_major) + " (size " + std::to_string(new_major < 0 ? 0 : shape[new_major]) +
+                         std::to_string(new_major) + " (size " + std::to_string(shape[new_major]) +
                          ") does not divide over the " + std::to_string(k) + " shards of dimension " +
                          std::to_string(d) + " into the same blocks; reshard it first");
       }

@@ -8,6 +8,8 @@
 # peak resident memory. One rank runs once (every
 # strategy is the same program there); 2d needs 4 ranks or more; a configuration whose train state
 # does not fit in this machine's memory gets bench_train's refusal in its row instead of figures.
+# Any other refusal of bench_train (exit 2: a bad BENCH_TRAIN_ARG) ends it with exit 2 and the
+# message; any other failure with exit 1.
 # BENCH_TRAIN_ARGS replace the model (default: the B8 L8 D4096 MLP, 3 timed steps after 1).
 # --out FILE also keeps every bench_train JSON line there.
 #   bash scripts/scaling.sh
@@ -68,8 +70,13 @@ for r in $ranks_list; do
       message=$(echo "$result" | grep -v '^{' | head -1)
       message=${message#bench_train: }
       if [ "$rc" != 2 ]; then echo "scaling.sh: bench_train failed on $r ranks ($s), exit $rc: $message" >&2; exit 1; fi
+      # Exit 2 is also bad input (a flag after --): only the refusal of a model too large for this
+      # machine's memory (apps::check_memory) becomes a row; any other ends the table.
+      if ! [[ "$message" =~ needs\ [0-9.]+\ GiB\ per\ rank,\ this\ machine\ has ]]; then
+        echo "scaling.sh: bench_train refused the arguments on $r ranks ($s): $message" >&2; exit 2
+      fi
       /usr/bin/python3 -c 'import json, sys; print(json.dumps({"bench": "train_step", "strategy": sys.argv[1], "ranks": int(sys.argv[2]), "refused": sys.argv[3]}))' \
-        "$s" "$r" "$message" >> "$lines"
+        "$label" "$r" "$message" >> "$lines"
     fi
   done
 done

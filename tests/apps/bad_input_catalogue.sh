@@ -220,8 +220,10 @@ expect bench_collectives.unknown_op 2 "bench_collectives: --ops: unknown collect
 expect bench_train.copy_mib_zero 2 '^bench_train: --copy-mib must be between 1 and 65536, got 0$' mpi "$apps/bench_train" --copy-mib 0
 expect bench_train.steps_zero 2 'bench_train: --steps must be >= 1' mpi "$apps/bench_train" --steps 0
 expect bench_train.model_unknown 2 "^bench_train: --model must be mlp or lm, got 'gpt'$" mpi "$apps/bench_train" --model gpt
-expect bench_collectives.iters_zero 2 '^bench_collectives: --iters must be >= 1, got 0$' mpi "$apps/bench_collectives" --iters 0
-expect bench_collectives.warmup_negative 2 '^bench_collectives: --warmup must be >= 0, got -1$' mpi "$apps/bench_collectives" --warmup -1
+expect bench_collectives.iters_zero 2 '^bench_collectives: --iters must be between 1 and 1000000, got 0$' mpi "$apps/bench_collectives" --iters 0
+expect bench_collectives.iters_huge 2 '^bench_collectives: --iters must be between 1 and 1000000, got 2000000000$' \
+  mpi "$apps/bench_collectives" --iters 2000000000
+expect bench_collectives.warmup_negative 2 '^bench_collectives: --warmup must be between 0 and 1000000, got -1$' mpi "$apps/bench_collectives" --warmup -1
 expect bench_train.measure_seconds_zero 2 '^bench_train: --measure-seconds must be > 0 and <= 3600, got 0$' \
   mpi "$apps/bench_train" --measure-seconds 0
 expect bench_train.strategy_unknown 2 "^bench_train: --strategy must be dp, tp, fsdp or 2d, got 'zero'$" \
@@ -385,6 +387,15 @@ expect resume.fewer_layers 2 \
 cp -r "$good" "$work/other_program"
 expect resume.other_program 2 "^train_lm: --resume: '$work/other_program/ckpt_00000002.h5' was saved by train_mlp, not by train_lm\$" \
   mpi "$apps/train_lm" "${tiny_lm[@]}" --data "$work/small_text" --steps 4 --resume --ckpt-dir "$work/other_program"
+# train_lm's checkpoints name the text they trained on (its length and FNV-1a 64): a resume on
+# other data was not compared until 2026-11-28 and trained the saved model on the new text.
+bash "$launch" 1 "$apps/train_lm" "${tiny_lm[@]}" --mesh data=1,seq=1,model=1 --data "$work/small_text" \
+  --ckpt-dir "$work/lm_other_data" >"$work/fixture_lm.log" 2>&1 ||
+  { echo "FAIL: could not make the train_lm fixture"; cat "$work/fixture_lm.log"; exit 1; }
+head -c 4096 /usr/share/common-licenses/Apache-2.0 >"$work/other_text"
+expect resume.other_data 2 \
+  "^train_lm: --resume: '$work/lm_other_data/ckpt_00000002.h5' was saved training on other data \\(4096 bytes, FNV-1a 64 [0-9a-f]{16}\\) than this run's --data \\(4096 bytes, FNV-1a 64 [0-9a-f]{16}\\): a resume continues the saved model and its data \\(start a changed run in another --ckpt-dir\\)\$" \
+  mpi "$apps/train_lm" "${tiny_lm[@]}" --data "$work/other_text" --steps 4 --resume --ckpt-dir "$work/lm_other_data"
 # A resume past --steps would have ended at once and reported the checkpoint's later model as the
 # run's result: refused, the directory left as it was.
 cp -r "$good" "$work/steps_below"

@@ -40,4 +40,19 @@ printf '\x89HDF\r\n\x1a\n\xff\xfe' >"$work/binary.jsonl"
 refused "'$work/binary.jsonl' is not text (metrics are JSON lines)" "$work/binary.jsonl"
 refused "-o '$work/run.jsonl': cannot make the directory: File exists" -o "$work/run.jsonl" "$work/run.jsonl"
 refused "--prefix 'a/b' is a file name prefix, not a path (-o names the directory)" --prefix a/b "$work/run.jsonl"
+# A diverged run: NaN, inf and losses near the largest double are gaps in the plots, with one note
+# per field (until 2026-11-28 matplotlib's axes overflowed on 1e280 and ended in a traceback).
+printf '%s\n' '{"step":1,"loss":2.5,"ms":3}' '{"step":2,"loss":1.7e308,"ms":1e280}' '{"step":3,"loss":NaN,"ms":3}' \
+  '{"step":4,"loss":Infinity,"ms":2,"comm_bytes":{"all_reduce/data":1e290}}' >"$work/diverged.jsonl"
+err=$("$plot" -o "$work/plots" "$work/diverged.jsonl" 2>&1 >/dev/null)
+rc=$?
+want="plot_metrics: '$work/diverged.jsonl': 1 value of \"comm_bytes\" not finite or beyond 1e+200, left out of the plots
+plot_metrics: '$work/diverged.jsonl': 3 values of \"loss\" not finite or beyond 1e+200, left out of the plots
+plot_metrics: '$work/diverged.jsonl': 1 value of \"ms\" not finite or beyond 1e+200, left out of the plots"
+[ $rc -eq 0 ] && [ "$err" = "$want" ] || { echo "FAIL: a diverged run gave exit $rc and '$err'" >&2; exit 1; }
+for kind in loss time bytes; do
+  [ "$(stat -c %s "$work/plots/diverged_$kind.png")" -gt 5000 ] || { echo "FAIL: diverged_$kind.png" >&2; exit 1; }
+done
+echo '{"step":100000000000000000000,"loss":1}' >"$work/huge_step.jsonl"
+refused "'$work/huge_step.jsonl' line 1: \"step\" 100000000000000000000 is beyond 9007199254740992" "$work/huge_step.jsonl"
 echo "ok: plots written, bad input refused"

@@ -49,3 +49,18 @@ assert any(l.startswith("| FSDP | 4 | data=4,model=1 |") for l in lines), lines
 assert any(l.startswith("| 2-D (data x model) | 4 | data=2,model=2 |") for l in lines), lines
 print("ok: 8 rows, parameters per rank and data-parallel bytes as the strategies give")
 PY
+
+# A model too large for this machine's memory gets bench_train's refusal in its row (a depth of
+# 100000: 2 x 10^10 parameters); a bad argument ends the script with exit 2 and bench_train's
+# message, where until 2026-11-28 it became a row "not run" per configuration.
+big=$(TESSERA_BENCH_TRAIN=$1 bash "$root/scripts/scaling.sh" --ranks 1 -- --layers 2 --depth 100000 --steps 1 2>/dev/null)
+grep -qE '^\| all \(one rank\) \| 1 \| \| not run: needs [0-9.]+ GiB per rank, this machine has [0-9.]+ GiB \|' <<<"$big" ||
+  { echo "FAIL: no refused row for a model that does not fit:"; echo "$big"; exit 1; }
+set +e
+bad=$(TESSERA_BENCH_TRAIN=$1 bash "$root/scripts/scaling.sh" --ranks 1 -- --depth -5 2>&1 >/dev/null)
+rc=$?
+set -e
+want="scaling.sh: bench_train refused the arguments on 1 ranks (dp): --batch, --depth and --layers must be >= 1"
+[ "$rc" = 2 ] && [ "$(tail -1 <<<"$bad")" = "$want" ] ||
+  { echo "FAIL: a bad argument gave exit $rc and: $bad"; exit 1; }
+echo "ok: a model that does not fit is a row; a bad argument ends the script with exit 2"

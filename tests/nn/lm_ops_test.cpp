@@ -262,6 +262,36 @@ TEST(LmOps, ReshapeOfASplitMinorDimensionIsAnError) {
   }
 }
 
+// A tensor without elements reshapes into any shape without elements (refused as "no grouping"
+// until 2026-11-28), to a replicated result, and its gradient comes back in its own spec. A split
+// size-1 dimension that a reshape drops is named as such (it named "dimension -1 (size 0)").
+TEST(LmOps, ReshapeOfNoElementsAndOfADroppedSplitDimension) {
+  Mesh mesh = Mesh::world(MeshShape({"data"}, {world_size()}));
+  const std::int64_t n = world_size();
+  Var empty(ShardedTensor::zeros(mesh, parse_spec("P(data, None)"), {n, 0}, DType::f64, "e"), true);
+  Var flat = reshape(empty, {0});
+  EXPECT_EQ(flat.shape(), Shape({0}));
+  EXPECT_EQ(flat.spec(), parse_spec("P(None)"));
+  Var turned = reshape(empty, {0, 3, n});
+  EXPECT_EQ(turned.shape(), Shape({0, 3, n}));
+  EXPECT_EQ(turned.value().local().numel(), 0);
+  EXPECT_EQ(reshape(empty, {n, 0}).spec(), empty.spec());  // the same shape keeps its spec
+  auto g = gradients(sum(square(turned)), {empty});
+  EXPECT_EQ(g[0]->spec(), empty.spec());
+  EXPECT_EQ(g[0]->global_shape(), Shape({n, 0}));
+  EXPECT_EQ(scalar_value(sum(square(turned)).value()), 0.0);
+  if (n > 1) {
+    Var one(ShardedTensor::zeros(mesh, parse_spec("P(None, data)"), {4, 1}, DType::f64, "u"));
+    try {
+      reshape(one, {4});
+      FAIL();
+    } catch (const ShapeError& e) {
+      EXPECT_EQ(std::string(e.what()), "reshape: 'u' [4, 1] P(None, data) to [4]: dimension 1 (size 1) is split and "
+                                       "has no dimension of the result to go to; reshard it first");
+    }
+  }
+}
+
 TEST(LmOps, ShapeOpsBadInputNamesTheTensors) {
   Mesh mesh = testing_util::self_mesh();
   Var a(ShardedTensor::zeros(mesh, Spec(), {4, 8}, DType::f64, "q"));
