@@ -2,6 +2,7 @@
 // into the result; an inner one receives through a strided datatype (or a memcpy unpack).
 #include <vector>
 
+#include "collectives/collective_check.h"
 #include "collectives/collectives.h"
 #include "collectives/comm_stats.h"
 #include "collectives/layout.h"
@@ -13,6 +14,9 @@ namespace tessera {
 using detail::BlockLayout;
 
 Tensor all_gather(const Mesh& mesh, const Tensor& local, const Axes& axes, int dim) {
+  const detail::CollectiveCheck checked(mesh, [&] {
+    return "all_gather over " + detail::axes_text(axes) + " of " + detail::blocks_text(local) + " along dimension " + std::to_string(dim);
+  });
   const CommTimer timer;  // this rank's time inside collectives (CommStats::seconds)
   const Communicator& comm = mesh.axes_comm(axes);
   const int n = comm.size();

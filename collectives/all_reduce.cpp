@@ -7,6 +7,7 @@
 // place.
 #include "collectives/node_collectives.h"
 #include "collectives/ordered_reduce.h"
+#include "collectives/collective_check.h"
 #include "collectives/collectives.h"
 #include "collectives/comm_stats.h"
 #include "mesh/mpi_check.h"
@@ -34,6 +35,10 @@ void reduce_chunks(const void* send, void* recv, const Tensor& shape_of, const C
 }  // namespace
 
 Tensor all_reduce(const Mesh& mesh, const Tensor& local, const Axes& axes, ReduceOp op) {
+  const detail::CollectiveCheck checked(mesh, [&] {
+    return std::string("all_reduce (") + (op == ReduceOp::sum ? "sum" : "max") + ") over " + detail::axes_text(axes) + " of " +
+           detail::blocks_text(local);
+  });
   const CommTimer timer;  // this rank's time inside collectives (CommStats::seconds)
   const Communicator& comm = mesh.axes_comm(axes);
   const int n = comm.size();
@@ -46,6 +51,10 @@ Tensor all_reduce(const Mesh& mesh, const Tensor& local, const Axes& axes, Reduc
 }
 
 Tensor all_reduce(const Mesh& mesh, Tensor&& local, const Axes& axes, ReduceOp op) {
+  const detail::CollectiveCheck checked(mesh, [&] {
+    return std::string("all_reduce (") + (op == ReduceOp::sum ? "sum" : "max") + ") over " + detail::axes_text(axes) + " of " +
+           detail::blocks_text(local);
+  });
   const CommTimer timer;  // this rank's time inside collectives (CommStats::seconds)
   const Communicator& comm = mesh.axes_comm(axes);
   const int n = comm.size();

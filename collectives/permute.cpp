@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/collective_check.h"
 #include "collectives/collectives.h"
 #include "collectives/comm_stats.h"
 #include "collectives/layout.h"
@@ -12,6 +13,11 @@
 namespace tessera {
 
 Tensor permute(const Mesh& mesh, const Tensor& local, const Axes& axes, const std::vector<std::pair<int, int>>& perm) {
+  const detail::CollectiveCheck checked(mesh, [&] {
+    std::string pairs;
+    for (const auto& [from, to] : perm) pairs += (pairs.empty() ? "" : ", ") + std::to_string(from) + "->" + std::to_string(to);
+    return "permute over " + detail::axes_text(axes) + " of " + detail::blocks_text(local) + " by pairs (" + pairs + ")";
+  });
   const CommTimer timer;  // this rank's time inside collectives (CommStats::seconds)
   const int n = mesh.shape().axes_size(axes);
   std::vector<int> dest_of(n, -1), source_of(n, -1);

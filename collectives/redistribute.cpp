@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "collectives/collective_check.h"
 #include "collectives/comm_stats.h"
 #include "collectives/layout.h"
 #include "mesh/mpi_check.h"
@@ -139,6 +140,10 @@ bool redistribute_is_permutation(const MeshShape& mesh, const Spec& from, const 
 }
 
 Tensor redistribute(const Mesh& mesh, const Spec& from, const Spec& to, const Shape& global, const Tensor& local) {
+  const detail::CollectiveCheck checked(mesh, [&] {
+    return "redistribute of " + std::string(dtype_name(local.dtype())) + shape_to_string(global) + " from " + from.to_string() +
+           " to " + to.to_string();
+  });
   const CommTimer timer;  // this rank's time inside collectives (CommStats::seconds)
   const Axes axes = redistribute_axes(mesh.shape(), from, to);
   const Communicator& comm = mesh.axes_comm(axes);

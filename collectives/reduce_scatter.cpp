@@ -4,6 +4,7 @@
 // k-th consecutive chunk of the send buffer, so an inner dimension is packed first: on one node
 // straight into the shared-memory channel's slot (node_collectives.h), else into a buffer.
 #include "collectives/ordered_reduce.h"
+#include "collectives/collective_check.h"
 #include "collectives/collectives.h"
 #include "collectives/comm_stats.h"
 #include "collectives/layout.h"
@@ -13,6 +14,10 @@
 namespace tessera {
 
 Tensor reduce_scatter(const Mesh& mesh, const Tensor& local, const Axes& axes, int dim) {
+  const detail::CollectiveCheck checked(mesh, [&] {
+    return "reduce_scatter over " + detail::axes_text(axes) + " of " + detail::blocks_text(local) + " along dimension " +
+           std::to_string(dim);
+  });
   const CommTimer timer;  // this rank's time inside collectives (CommStats::seconds)
   const Communicator& comm = mesh.axes_comm(axes);
   const int n = comm.size();

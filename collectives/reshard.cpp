@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "collectives/collective_check.h"
 #include "collectives/collectives.h"
 #include "collectives/redistribute.h"
 #include "core/error.h"
@@ -127,15 +128,25 @@ ShardedTensor execute(const ShardedTensor& x, const Spec& target, Tensor owned_l
   return ShardedTensor(x.mesh(), target, x.global_shape(), std::move(local), x.name());
 }
 
+// TESSERA_COLLECTIVE_CHECK's description of a reshard: what every rank passes (the target as
+// given, checked before it is validated, so that ranks passing different targets are named
+// rather than some of them refused alone).
+std::string reshard_description(const ShardedTensor& x, const Spec& target) {
+  return "reshard of " + std::string(dtype_name(x.dtype())) + shape_to_string(x.global_shape()) + " from " +
+         x.spec().to_string() + " to " + target.to_string();
+}
+
 }  // namespace
 
 ShardedTensor reshard(const ShardedTensor& x, const Spec& target) {
+  const detail::CollectiveCheck checked(x.mesh(), [&] { return reshard_description(x, target); });
   const Spec full = checked_target(x, target);
   if (full == x.spec()) return x;
   return execute(x, full, Tensor(), false);
 }
 
 ShardedTensor reshard(ShardedTensor&& x, const Spec& target) {
+  const detail::CollectiveCheck checked(x.mesh(), [&] { return reshard_description(x, target); });
   const Spec full = checked_target(x, target);
   if (full == x.spec()) return std::move(x);
   Tensor local = std::move(x.local());

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "collectives/ordered_reduce.h"
+#include "collectives/collective_check.h"
 #include "collectives/collectives.h"
 #include "collectives/comm_stats.h"
 #include "collectives/layout.h"
@@ -115,6 +116,10 @@ using detail::VarLayout;
 
 Tensor all_gather(const Mesh& mesh, const Tensor& local, const Axes& axes, int dim,
                   const std::vector<std::int64_t>& extents) {
+  const detail::CollectiveCheck checked(mesh, [&] {
+    return "all_gather over " + detail::axes_text(axes) + " of " + detail::blocks_text(local) + " along dimension " +
+           std::to_string(dim) + " of extents " + detail::extents_text(extents);
+  });
   const Communicator& comm = mesh.axes_comm(axes);
   const int n = comm.size();
   detail::check_my_extent(local, dim, extents, n, comm.rank(), "all_gather");
@@ -148,6 +153,10 @@ Tensor all_gather(const Mesh& mesh, const Tensor& local, const Axes& axes, int d
 
 void all_gather_in_place(const Mesh& mesh, Tensor& whole, const Axes& axes, int dim,
                          const std::vector<std::int64_t>& extents) {
+  const detail::CollectiveCheck checked(mesh, [&] {
+    return "all_gather_in_place over " + detail::axes_text(axes) + " of " + detail::blocks_text(whole) +
+           " along dimension " + std::to_string(dim) + " of extents " + detail::extents_text(extents);
+  });
   const Communicator& comm = mesh.axes_comm(axes);
   const int n = comm.size();
   const VarLayout layout = detail::var_layout(whole.shape(), whole.dtype(), dim, extents, "all_gather_in_place");
@@ -179,6 +188,10 @@ void all_gather_in_place(const Mesh& mesh, Tensor& whole, const Axes& axes, int 
 
 Tensor reduce_scatter(const Mesh& mesh, const Tensor& local, const Axes& axes, int dim,
                       const std::vector<std::int64_t>& extents) {
+  const detail::CollectiveCheck checked(mesh, [&] {
+    return "reduce_scatter over " + detail::axes_text(axes) + " of " + detail::blocks_text(local) + " along dimension " +
+           std::to_string(dim) + " into extents " + detail::extents_text(extents);
+  });
   const Communicator& comm = mesh.axes_comm(axes);
   const int n = comm.size();
   const int me = comm.rank();
@@ -214,6 +227,11 @@ Tensor reduce_scatter(const Mesh& mesh, const Tensor& local, const Axes& axes, i
 Tensor all_to_all(const Mesh& mesh, const Tensor& local, const Axes& axes, int split_dim,
                   const std::vector<std::int64_t>& split_extents, int concat_dim,
                   const std::vector<std::int64_t>& concat_extents) {
+  const detail::CollectiveCheck checked(mesh, [&] {
+    return "all_to_all over " + detail::axes_text(axes) + " of " + detail::blocks_text(local) + ", split dimension " +
+           std::to_string(split_dim) + " into extents " + detail::extents_text(split_extents) + ", concat dimension " +
+           std::to_string(concat_dim) + " of extents " + detail::extents_text(concat_extents);
+  });
   const Communicator& comm = mesh.axes_comm(axes);
   const int n = comm.size();
   const int me = comm.rank();

@@ -14,6 +14,7 @@ const std::vector<EnvSetting>& env_settings() {
       {"TESSERA_SHARD_MAP_CHECK", {"0", "1"}, 0, true},
       {"TESSERA_SHM_COLLECTIVES", {"0", "1"}, 1, false},
       {"TESSERA_DENORMALS", {"flush", "keep"}, 0, true},
+      {"TESSERA_COLLECTIVE_CHECK", {"0", "1"}, 0, true},
   };
   return settings;
 }

@@ -26,7 +26,10 @@ struct EnvSetting {
 // blocks; unset: 0; alike, since the check is collective) and TESSERA_SHM_COLLECTIVES (0 | 1:
 // collectives on one node through shared memory; unset: 1) and TESSERA_DENORMALS (flush | keep:
 // whether an Environment's thread flushes subnormal floats to zero, core/denormals.h; unset:
-// flush; alike, since ranks that differ would compute different bits for one replicated value).
+// flush; alike, since ranks that differ would compute different bits for one replicated value)
+// and TESSERA_COLLECTIVE_CHECK (0 | 1: every collective and reshard first checks that all ranks
+// are at the same one, collectives/collective_check.h; unset: 0; alike, since the check is
+// collective).
 const std::vector<EnvSetting>& env_settings();
 // The entry of env_settings() called `name` (an unknown name is a bug: std::logic_error).
 const EnvSetting& env_setting(const std::string& name);

@@ -15,6 +15,7 @@ struct Mesh::Impl {
   std::vector<int> coords;
   mutable std::map<Axes, std::unique_ptr<Communicator>> axes_comms;
   mutable std::unique_ptr<Communicator> control;
+  mutable std::uint64_t collectives = 0;
 };
 
 namespace {
@@ -72,7 +73,13 @@ Mesh Mesh::create(MeshShape shape, const Communicator& comm) {
   // Nodes of unequal size cannot be laid out as blocks: keep the communicator's order.
   const int position = min_size == max_size ? node_index * local_size + local_rank : comm.rank();
   Communicator ordered = comm.split(0, position);
-  return Mesh(std::move(shape), ordered);
+  Mesh mesh(std::move(shape), ordered);
+  // TESSERA_COLLECTIVE_CHECK (alike on every rank, agreed above) runs its all-reduces on the
+  // control communicator: made now, while every rank is here, so that its first use is never the
+  // collective that is out of step. A mesh made with the plain constructor makes it at its
+  // first check.
+  if (env_choice(env_setting("TESSERA_COLLECTIVE_CHECK")) == 1) (void)mesh.control_comm();
+  return mesh;
 }
 
 Mesh Mesh::world(MeshShape shape) { return create(std::move(shape), Communicator::world()); }
@@ -125,6 +132,11 @@ const Communicator& Mesh::control_comm() const {
   shape();  // throws for an empty mesh
   if (!impl_->control) impl_->control = std::make_unique<Communicator>(comm().dup());
   return *impl_->control;
+}
+
+std::uint64_t Mesh::count_collective() const {
+  shape();  // throws for an empty mesh
+  return ++impl_->collectives;
 }
 
 int Mesh::axes_rank(const Axes& axes) const {

@@ -4,6 +4,7 @@
 // axis most significant), which is exactly the block order of a dimension split by those axes.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -46,9 +47,13 @@ class Mesh {
   int axes_rank(const Axes& axes) const;
   // A second duplicate of comm() for agreements that must never match a collective of the code
   // they check (shard_map's agreement on its body's outcome, which a rank whose body threw enters
-  // while the others may be inside one of the body's collectives). Cached; the first call is
-  // collective over the mesh.
+  // while the others may be inside one of the body's collectives; TESSERA_COLLECTIVE_CHECK's
+  // all-reduces). Cached; the first call is collective over the mesh (Mesh::create makes it when
+  // TESSERA_COLLECTIVE_CHECK=1).
   const Communicator& control_comm() const;
+  // The number of this mesh's checked collectives so far, this one included
+  // (TESSERA_COLLECTIVE_CHECK, collectives/collective_check.h); copies share the count.
+  std::uint64_t count_collective() const;
 
   // "mesh(data: 2, model: 4)"
   std::string to_string() const;

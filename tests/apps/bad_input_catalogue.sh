@@ -154,6 +154,8 @@ expect env.pack_unknown 2 "^train_mlp: TESSERA_PACK must be unset, datatype or m
   mpi env TESSERA_PACK=fast "$tm" "${small[@]}"
 expect env.shard_map_check_unknown 2 "^train_mlp: TESSERA_SHARD_MAP_CHECK must be unset, 0 or 1, got 'yes'\$" \
   mpi env TESSERA_SHARD_MAP_CHECK=yes "$tm" "${small[@]}"
+expect env.collective_check_unknown 2 "^train_mlp: TESSERA_COLLECTIVE_CHECK must be unset, 0 or 1, got 'on'\$" \
+  mpi env TESSERA_COLLECTIVE_CHECK=on "$tm" "${small[@]}"
 expect env.denormals_unknown 2 "^train_mlp: TESSERA_DENORMALS must be unset, flush or keep, got 'ftz'\$" \
   mpi env TESSERA_DENORMALS=ftz "$tm" "${small[@]}"
 once env.local_bind_unknown 2 "^local.sh: TESSERA_LOCAL_BIND must be unset, auto or none, got 'core'\$" \
@@ -162,6 +164,11 @@ if [ "$ranks" -ge 2 ]; then  # rank 0 alone keeps subnormals
   expect env.denormals_differ 2 \
     "^train_mlp: TESSERA_DENORMALS must be alike on every rank \\(flush on some ranks, keep on others\\)\$" \
     mpi bash -c '[ "$OMPI_COMM_WORLD_RANK" = 0 ] && export TESSERA_DENORMALS=keep; exec "$@"' _ "$tm" "${small[@]}"
+fi
+if [ "$ranks" -ge 2 ]; then  # rank 0 alone asks for the collectives' check
+  expect env.collective_check_differs 2 \
+    "^train_mlp: TESSERA_COLLECTIVE_CHECK must be alike on every rank \\(0 on some ranks, 1 on others\\)\$" \
+    mpi bash -c '[ "$OMPI_COMM_WORLD_RANK" = 0 ] && export TESSERA_COLLECTIVE_CHECK=1; exec "$@"' _ "$tm" "${small[@]}"
 fi
 if [ "$ranks" -ge 2 ]; then  # rank 0 alone asks for shard_map's collective check
   expect env.shard_map_check_differs 2 \

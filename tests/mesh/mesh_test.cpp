@@ -128,7 +128,8 @@ TEST(MeshSettings, AValueOutsideTheListFailsEveryRank) {
        {std::tuple<std::string, std::string, std::string>{"TESSERA_PACK", "fast", "TESSERA_PACK must be unset, datatype or memcpy"},
         {"TESSERA_SHARD_MAP_CHECK", "yes", "TESSERA_SHARD_MAP_CHECK must be unset, 0 or 1"},
         {"TESSERA_SHM_COLLECTIVES", "off", "TESSERA_SHM_COLLECTIVES must be unset, 0 or 1"},
-        {"TESSERA_DENORMALS", "ftz", "TESSERA_DENORMALS must be unset, flush or keep"}}) {
+        {"TESSERA_DENORMALS", "ftz", "TESSERA_DENORMALS must be unset, flush or keep"},
+        {"TESSERA_COLLECTIVE_CHECK", "on", "TESSERA_COLLECTIVE_CHECK must be unset, 0 or 1"}}) {
     for (const bool everywhere : {true, false}) {
       const bool mine = everywhere || world_rank() == last;
       if (mine) setenv(name.c_str(), value.c_str(), 1);
@@ -154,7 +155,9 @@ TEST(MeshSettings, ShardMapCheckAndDenormalsMustBeAlikeOnEveryRank) {
        {std::tuple<std::string, std::string, std::string>{
             "TESSERA_SHARD_MAP_CHECK", "1",
             "TESSERA_SHARD_MAP_CHECK must be alike on every rank (0 on some ranks, 1 on others)"},
-        {"TESSERA_DENORMALS", "keep", "TESSERA_DENORMALS must be alike on every rank (flush on some ranks, keep on others)"}}) {
+        {"TESSERA_DENORMALS", "keep", "TESSERA_DENORMALS must be alike on every rank (flush on some ranks, keep on others)"},
+        {"TESSERA_COLLECTIVE_CHECK", "1",
+         "TESSERA_COLLECTIVE_CHECK must be alike on every rank (0 on some ranks, 1 on others)"}}) {
     if (world_rank() == n - 1) setenv(name.c_str(), value.c_str(), 1);
     if (n == 1) {
       EXPECT_NO_THROW(Mesh::world(MeshShape({"x"}, {n})));
