@@ -65,10 +65,10 @@ std::string extents_text(const std::vector<std::int64_t>& extents) {
 }
 
 void check_same_collective(const Mesh& mesh, const std::string& description) {
-  // Numbered per mesh: each check is one all-reduce on the mesh's control communicator, so the
+  // Numbered per mesh: each check is one all-reduce on the mesh's check communicator, so the
   // ranks' checks pair in order, and the number names the pair in the messages.
   const std::uint64_t index = mesh.count_collective();
-  const Communicator& comm = mesh.control_comm();
+  const Communicator& comm = mesh.check_comm();
   if (comm.size() == 1) return;
   const std::uint64_t hash = stream_id(description);  // FNV-1a 64 (core/rng.h)
   std::uint64_t most[2] = {hash, ~hash};

@@ -7,8 +7,8 @@
 // spec computed from this rank's data, a collective under `if (rank == 0)`), would otherwise
 // meet mismatched collectives: a hang, or wrong results. With the check on, each collective and
 // each reshard first all-reduces a 64-bit hash of its rank-invariant description (what it is
-// and its arguments, not the block's extents, which uneven splits make differ) on the mesh's
-// control communicator (Mesh::control_comm), numbered per mesh. Where the ranks differ, every
+// and its arguments, not the block's extents, which uneven splits make differ) on a communicator
+// of its own (Mesh::check_comm), numbered per mesh. Where the ranks differ, every
 // rank throws the same Error before anything moves:
 //   rank 1: TESSERA_COLLECTIVE_CHECK: collective 7 on mesh(data: 2, model: 4) differs from rank
 //   0's: all_reduce (sum) over (model) of f32 rank-2 blocks here, all_gather over (data) of f32
@@ -19,9 +19,9 @@
 // error; a rank that never comes is the hang the message points at).
 //
 // The check costs one small all-reduce per collective and per reshard; it is off by default.
-// TESSERA_COLLECTIVE_CHECK must be alike on every rank (core/env_settings.h), and Mesh's
-// constructor makes the control communicator at once when it is on, so that its first use is
-// never the collective that is out of step.
+// TESSERA_COLLECTIVE_CHECK must be alike on every rank (core/env_settings.h), and Mesh::create
+// makes the check communicator at once when it is on, so that its first use is never the
+// collective that is out of step.
 #pragma once
 
 #include <cstdint>
@@ -43,7 +43,7 @@ void set_collective_check_warn_seconds(double seconds);
 
 namespace detail {
 
-// Collective over `mesh` (its control communicator): checks that every rank is at the same
+// Collective over `mesh` (its check communicator): checks that every rank is at the same
 // collective, described by `description`; throws Error on every rank where they differ.
 void check_same_collective(const Mesh& mesh, const std::string& description);
 

@@ -15,6 +15,7 @@ struct Mesh::Impl {
   std::vector<int> coords;
   mutable std::map<Axes, std::unique_ptr<Communicator>> axes_comms;
   mutable std::unique_ptr<Communicator> control;
+  mutable std::unique_ptr<Communicator> check;
   mutable std::uint64_t collectives = 0;
 };
 
@@ -75,10 +76,10 @@ Mesh Mesh::create(MeshShape shape, const Communicator& comm) {
   Communicator ordered = comm.split(0, position);
   Mesh mesh(std::move(shape), ordered);
   // TESSERA_COLLECTIVE_CHECK (alike on every rank, agreed above) runs its all-reduces on the
-  // control communicator: made now, while every rank is here, so that its first use is never the
+  // check communicator: made now, while every rank is here, so that its first use is never the
   // collective that is out of step. A mesh made with the plain constructor makes it at its
   // first check.
-  if (env_choice(env_setting("TESSERA_COLLECTIVE_CHECK")) == 1) (void)mesh.control_comm();
+  if (env_choice(env_setting("TESSERA_COLLECTIVE_CHECK")) == 1) (void)mesh.check_comm();
   return mesh;
 }
 
@@ -132,6 +133,12 @@ const Communicator& Mesh::control_comm() const {
   shape();  // throws for an empty mesh
   if (!impl_->control) impl_->control = std::make_unique<Communicator>(comm().dup());
   return *impl_->control;
+}
+
+const Communicator& Mesh::check_comm() const {
+  shape();  // throws for an empty mesh
+  if (!impl_->check) impl_->check = std::make_unique<Communicator>(comm().dup());
+  return *impl_->check;
 }
 
 std::uint64_t Mesh::count_collective() const {

@@ -47,10 +47,15 @@ class Mesh {
   int axes_rank(const Axes& axes) const;
   // A second duplicate of comm() for agreements that must never match a collective of the code
   // they check (shard_map's agreement on its body's outcome, which a rank whose body threw enters
-  // while the others may be inside one of the body's collectives; TESSERA_COLLECTIVE_CHECK's
-  // all-reduces). Cached; the first call is collective over the mesh (Mesh::create makes it when
-  // TESSERA_COLLECTIVE_CHECK=1).
+  // while the others may be inside one of the body's collectives). Cached; the first call is
+  // collective over the mesh.
   const Communicator& control_comm() const;
+  // A third duplicate of comm(), TESSERA_COLLECTIVE_CHECK's alone: its all-reduces must match
+  // neither a collective they check nor shard_map's agreement on the control communicator,
+  // which a rank whose body threw enters while the others stand at a check of the body's
+  // collectives. Cached; the first call is collective over the mesh (Mesh::create makes it when
+  // TESSERA_COLLECTIVE_CHECK=1).
+  const Communicator& check_comm() const;
   // The number of this mesh's checked collectives so far, this one included
   // (TESSERA_COLLECTIVE_CHECK, collectives/collective_check.h); copies share the count.
   std::uint64_t count_collective() const;

@@ -132,7 +132,7 @@ TEST(CollectiveCheck, ARankKeptWaitingSaysSo) {
   set_collective_check_warn_seconds(0.3);
   // Made now, as Mesh::create makes it when TESSERA_COLLECTIVE_CHECK=1 is in the environment (here
   // the check is turned on in-process): its first use would wait in MPI_Comm_dup.
-  (void)mesh.control_comm();
+  (void)mesh.check_comm();
   Tensor block = Tensor::zeros({5}, DType::f32);
   if (world_rank() == 0) usleep(1500 * 1000);
   testing::internal::CaptureStderr();
