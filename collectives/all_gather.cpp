@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "collectives/collective_check.h"
+#include "core/text.h"
 #include "collectives/collectives.h"
 #include "collectives/comm_stats.h"
 #include "collectives/layout.h"
@@ -15,7 +16,7 @@ using detail::BlockLayout;
 
 Tensor all_gather(const Mesh& mesh, const Tensor& local, const Axes& axes, int dim) {
   const detail::CollectiveCheck checked(mesh, [&] {
-    return "all_gather over " + detail::axes_text(axes) + " of " + detail::blocks_text(local) + " along dimension " + std::to_string(dim);
+    return "all_gather over " + parenthesized(axes) + " of " + detail::blocks_text(local) + " along dimension " + std::to_string(dim);
   });
   const CommTimer timer;  // this rank's time inside collectives (CommStats::seconds)
   const Communicator& comm = mesh.axes_comm(axes);

@@ -8,6 +8,7 @@
 #include "collectives/node_collectives.h"
 #include "collectives/ordered_reduce.h"
 #include "collectives/collective_check.h"
+#include "core/text.h"
 #include "collectives/collectives.h"
 #include "collectives/comm_stats.h"
 #include "mesh/mpi_check.h"
@@ -36,7 +37,7 @@ void reduce_chunks(const void* send, void* recv, const Tensor& shape_of, const C
 
 Tensor all_reduce(const Mesh& mesh, const Tensor& local, const Axes& axes, ReduceOp op) {
   const detail::CollectiveCheck checked(mesh, [&] {
-    return std::string("all_reduce (") + (op == ReduceOp::sum ? "sum" : "max") + ") over " + detail::axes_text(axes) + " of " +
+    return std::string("all_reduce (") + (op == ReduceOp::sum ? "sum" : "max") + ") over " + parenthesized(axes) + " of " +
            detail::blocks_text(local);
   });
   const CommTimer timer;  // this rank's time inside collectives (CommStats::seconds)
@@ -52,7 +53,7 @@ Tensor all_reduce(const Mesh& mesh, const Tensor& local, const Axes& axes, Reduc
 
 Tensor all_reduce(const Mesh& mesh, Tensor&& local, const Axes& axes, ReduceOp op) {
   const detail::CollectiveCheck checked(mesh, [&] {
-    return std::string("all_reduce (") + (op == ReduceOp::sum ? "sum" : "max") + ") over " + detail::axes_text(axes) + " of " +
+    return std::string("all_reduce (") + (op == ReduceOp::sum ? "sum" : "max") + ") over " + parenthesized(axes) + " of " +
            detail::blocks_text(local);
   });
   const CommTimer timer;  // this rank's time inside collectives (CommStats::seconds)

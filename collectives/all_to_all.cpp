@@ -2,6 +2,7 @@
 // straight from the tensor when it is the outermost dimension, through a strided datatype (or a
 // memcpy pack) otherwise; likewise the received pieces land along the concat dimension.
 #include "collectives/collective_check.h"
+#include "core/text.h"
 #include "collectives/collectives.h"
 #include "collectives/comm_stats.h"
 #include "collectives/layout.h"
@@ -12,7 +13,7 @@ namespace tessera {
 
 Tensor all_to_all(const Mesh& mesh, const Tensor& local, const Axes& axes, int split_dim, int concat_dim) {
   const detail::CollectiveCheck checked(mesh, [&] {
-    return "all_to_all over " + detail::axes_text(axes) + " of " + detail::blocks_text(local) + ", split dimension " +
+    return "all_to_all over " + parenthesized(axes) + " of " + detail::blocks_text(local) + ", split dimension " +
            std::to_string(split_dim) + ", concat dimension " + std::to_string(concat_dim);
   });
   const CommTimer timer;  // this rank's time inside collectives (CommStats::seconds)

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "collectives/collective_check.h"
+#include "core/text.h"
 #include "collectives/collectives.h"
 #include "collectives/comm_stats.h"
 #include "collectives/layout.h"
@@ -13,7 +14,7 @@ namespace tessera {
 
 Tensor broadcast(const Mesh& mesh, const Tensor& local, const Axes& axes, int root) {
   const detail::CollectiveCheck checked(mesh, [&] {
-    return "broadcast over " + detail::axes_text(axes) + " of " + detail::blocks_text(local) + " from position " + std::to_string(root);
+    return "broadcast over " + parenthesized(axes) + " of " + detail::blocks_text(local) + " from position " + std::to_string(root);
   });
   const CommTimer timer;  // this rank's time inside collectives (CommStats::seconds)
   const int n = mesh.shape().axes_size(axes);

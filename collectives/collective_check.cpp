@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <iostream>
 #include <optional>
-#include <thread>
 
 #include "core/env_settings.h"
 #include "core/error.h"
@@ -48,20 +47,8 @@ int& collective_check_depth() {
   return depth;
 }
 
-std::string axes_text(const Axes& axes) {
-  std::string text = "(";
-  for (std::size_t i = 0; i < axes.size(); ++i) text += (i ? ", " : "") + axes[i];
-  return text + ")";
-}
-
 std::string blocks_text(const Tensor& local) {
   return std::string(dtype_name(local.dtype())) + " rank-" + std::to_string(local.ndim()) + " blocks";
-}
-
-std::string extents_text(const std::vector<std::int64_t>& extents) {
-  std::string text = "[";
-  for (std::size_t i = 0; i < extents.size(); ++i) text += (i ? ", " : "") + std::to_string(extents[i]);
-  return text + "]";
 }
 
 void check_same_collective(const Mesh& mesh, const std::string& description) {
@@ -74,28 +61,18 @@ void check_same_collective(const Mesh& mesh, const std::string& description) {
   std::uint64_t most[2] = {hash, ~hash};
   MPI_Request request = MPI_REQUEST_NULL;
   check_mpi(MPI_Iallreduce(MPI_IN_PLACE, most, 2, MPI_UINT64_T, MPI_MAX, comm.handle(), &request), "MPI_Iallreduce");
-  // Polled: yielding for the first 10 ms (most checks end within microseconds, and a 1 ms sleep
-  // per check made a test of many small collectives ten times slower), then sleeping 1 ms between
-  // polls, saying so every collective_check_warn_seconds().
+  // Polled (mesh/agree.h), saying so every collective_check_warn_seconds() that it waits on.
   const auto start = std::chrono::steady_clock::now();
-  double next_warning = collective_check_warn_seconds();
-  for (int done = 0;;) {
-    check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+  while (!wait_until_done(request, collective_check_warn_seconds())) {
+    int done = 0;
+    check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");  // an MPI error throws
     if (done) break;
-    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (waited >= next_warning) {
-      char seconds[32];
-      std::snprintf(seconds, sizeof seconds, "%.1f", waited);
-      std::cerr << "tessera: rank " << mesh.rank() << ": TESSERA_COLLECTIVE_CHECK: waited " << seconds
-                << " s at collective " << index << " on " << mesh.to_string() << " (" << description
-                << ") for the other ranks; a rank that never comes is in another collective, or has ended" << std::endl;
-      next_warning += collective_check_warn_seconds();
-    }
-    if (waited < 0.01) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    char seconds[32];
+    std::snprintf(seconds, sizeof seconds, "%.1f",
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    std::cerr << "tessera: rank " << mesh.rank() << ": TESSERA_COLLECTIVE_CHECK: waited " << seconds
+              << " s at collective " << index << " on " << mesh.to_string() << " (" << description
+              << ") for the other ranks; a rank that never comes is in another collective, or has ended" << std::endl;
   }
   if (most[0] == ~most[1]) return;  // the largest hash is the smallest: all alike
   // They differ: rank 0's description to every rank; the lowest rank whose own differs names both.

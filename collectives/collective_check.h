@@ -26,7 +26,6 @@
 
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "core/tensor.h"
 #include "mesh/mesh.h"
@@ -66,12 +65,8 @@ class CollectiveCheck {
   CollectiveCheck& operator=(const CollectiveCheck&) = delete;
 };
 
-// "(data, model)"; "()" for no axes.
-std::string axes_text(const Axes& axes);
 // "f32 rank-2 blocks": what every rank's block has in common.
 std::string blocks_text(const Tensor& local);
-// "[3, 3, 2]"
-std::string extents_text(const std::vector<std::int64_t>& extents);
 
 }  // namespace detail
 }  // namespace tessera

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "collectives/collective_check.h"
+#include "core/text.h"
 #include "collectives/collectives.h"
 #include "collectives/comm_stats.h"
 #include "collectives/layout.h"
@@ -16,7 +17,7 @@ Tensor permute(const Mesh& mesh, const Tensor& local, const Axes& axes, const st
   const detail::CollectiveCheck checked(mesh, [&] {
     std::string pairs;
     for (const auto& [from, to] : perm) pairs += (pairs.empty() ? "" : ", ") + std::to_string(from) + "->" + std::to_string(to);
-    return "permute over " + detail::axes_text(axes) + " of " + detail::blocks_text(local) + " by pairs (" + pairs + ")";
+    return "permute over " + parenthesized(axes) + " of " + detail::blocks_text(local) + " by pairs (" + pairs + ")";
   });
   const CommTimer timer;  // this rank's time inside collectives (CommStats::seconds)
   const int n = mesh.shape().axes_size(axes);

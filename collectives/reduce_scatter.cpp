@@ -5,6 +5,7 @@
 // straight into the shared-memory channel's slot (node_collectives.h), else into a buffer.
 #include "collectives/ordered_reduce.h"
 #include "collectives/collective_check.h"
+#include "core/text.h"
 #include "collectives/collectives.h"
 #include "collectives/comm_stats.h"
 #include "collectives/layout.h"
@@ -15,7 +16,7 @@ namespace tessera {
 
 Tensor reduce_scatter(const Mesh& mesh, const Tensor& local, const Axes& axes, int dim) {
   const detail::CollectiveCheck checked(mesh, [&] {
-    return "reduce_scatter over " + detail::axes_text(axes) + " of " + detail::blocks_text(local) + " along dimension " +
+    return "reduce_scatter over " + parenthesized(axes) + " of " + detail::blocks_text(local) + " along dimension " +
            std::to_string(dim);
   });
   const CommTimer timer;  // this rank's time inside collectives (CommStats::seconds)

@@ -7,6 +7,7 @@
 
 #include "collectives/ordered_reduce.h"
 #include "collectives/collective_check.h"
+#include "core/text.h"
 #include "collectives/collectives.h"
 #include "collectives/comm_stats.h"
 #include "collectives/layout.h"
@@ -117,8 +118,8 @@ using detail::VarLayout;
 Tensor all_gather(const Mesh& mesh, const Tensor& local, const Axes& axes, int dim,
                   const std::vector<std::int64_t>& extents) {
   const detail::CollectiveCheck checked(mesh, [&] {
-    return "all_gather over " + detail::axes_text(axes) + " of " + detail::blocks_text(local) + " along dimension " +
-           std::to_string(dim) + " of extents " + detail::extents_text(extents);
+    return "all_gather over " + parenthesized(axes) + " of " + detail::blocks_text(local) + " along dimension " +
+           std::to_string(dim) + " of extents " + shape_to_string(extents);
   });
   const Communicator& comm = mesh.axes_comm(axes);
   const int n = comm.size();
@@ -154,8 +155,8 @@ Tensor all_gather(const Mesh& mesh, const Tensor& local, const Axes& axes, int d
 void all_gather_in_place(const Mesh& mesh, Tensor& whole, const Axes& axes, int dim,
                          const std::vector<std::int64_t>& extents) {
   const detail::CollectiveCheck checked(mesh, [&] {
-    return "all_gather_in_place over " + detail::axes_text(axes) + " of " + detail::blocks_text(whole) +
-           " along dimension " + std::to_string(dim) + " of extents " + detail::extents_text(extents);
+    return "all_gather_in_place over " + parenthesized(axes) + " of " + detail::blocks_text(whole) +
+           " along dimension " + std::to_string(dim) + " of extents " + shape_to_string(extents);
   });
   const Communicator& comm = mesh.axes_comm(axes);
   const int n = comm.size();
@@ -189,8 +190,8 @@ void all_gather_in_place(const Mesh& mesh, Tensor& whole, const Axes& axes, int 
 Tensor reduce_scatter(const Mesh& mesh, const Tensor& local, const Axes& axes, int dim,
                       const std::vector<std::int64_t>& extents) {
   const detail::CollectiveCheck checked(mesh, [&] {
-    return "reduce_scatter over " + detail::axes_text(axes) + " of " + detail::blocks_text(local) + " along dimension " +
-           std::to_string(dim) + " into extents " + detail::extents_text(extents);
+    return "reduce_scatter over " + parenthesized(axes) + " of " + detail::blocks_text(local) + " along dimension " +
+           std::to_string(dim) + " into extents " + shape_to_string(extents);
   });
   const Communicator& comm = mesh.axes_comm(axes);
   const int n = comm.size();
@@ -228,9 +229,9 @@ Tensor all_to_all(const Mesh& mesh, const Tensor& local, const Axes& axes, int s
                   const std::vector<std::int64_t>& split_extents, int concat_dim,
                   const std::vector<std::int64_t>& concat_extents) {
   const detail::CollectiveCheck checked(mesh, [&] {
-    return "all_to_all over " + detail::axes_text(axes) + " of " + detail::blocks_text(local) + ", split dimension " +
-           std::to_string(split_dim) + " into extents " + detail::extents_text(split_extents) + ", concat dimension " +
-           std::to_string(concat_dim) + " of extents " + detail::extents_text(concat_extents);
+    return "all_to_all over " + parenthesized(axes) + " of " + detail::blocks_text(local) + ", split dimension " +
+           std::to_string(split_dim) + " into extents " + shape_to_string(split_extents) + ", concat dimension " +
+           std::to_string(concat_dim) + " of extents " + shape_to_string(concat_extents);
   });
   const Communicator& comm = mesh.axes_comm(axes);
   const int n = comm.size();

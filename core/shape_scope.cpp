@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/text.h"
 
 namespace tessera {
 namespace {
@@ -35,15 +36,6 @@ const Binding* find_binding(std::string_view name) {
     if (frame->isolated) break;
   }
   return nullptr;
-}
-
-std::string axes_to_string(const Axes& axes) {
-  std::string out = "(";
-  for (std::size_t i = 0; i < axes.size(); ++i) {
-    if (i > 0) out += ", ";
-    out += axes[i];
-  }
-  return out + ")";
 }
 
 std::string mismatch(std::string_view label, std::int64_t expected, std::int64_t got) {
@@ -122,9 +114,9 @@ class Checker {
     std::string message = mismatch(label(d), *expected, global);
     if (local_ && ways > 1) {
       message += " (local " + std::to_string(size) + " times " + std::to_string(ways) + " over axes " +
-                 axes_to_string(dim.axes) + ")";
+                 parenthesized(dim.axes) + ")";
       if (*expected % ways != 0) {
-        message += "; " + std::to_string(*expected) + " does not divide over axes " + axes_to_string(dim.axes) +
+        message += "; " + std::to_string(*expected) + " does not divide over axes " + parenthesized(dim.axes) +
                    " of size " + std::to_string(ways);
       }
     }

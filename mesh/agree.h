@@ -33,8 +33,9 @@ void rethrow_first_error(const Communicator& comm, const std::exception_ptr& loc
 inline constexpr double kFailedRankWaitSeconds = 3.0;
 
 // Polls `request`, a nonblocking collective this rank posted, until it completes (true) or
-// `seconds` pass (false, also on an error of MPI_Test; the request then stays pending and the
-// caller ends the job). Sleeps 1 ms between polls, so that the ranks it waits for have the cores.
+// `seconds` pass (false, also on an error of MPI_Test; the request then stays pending, and the
+// caller ends the job or polls on). Yields for the first 10 ms, then sleeps 1 ms between polls,
+// so that the ranks it waits for have the cores.
 bool wait_until_done(MPI_Request& request, double seconds = kFailedRankWaitSeconds);
 
 // Collective: throws E(message) on every rank if any rank passed an error.
