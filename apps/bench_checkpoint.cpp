@@ -17,8 +17,6 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include <CLI/CLI.hpp>
-
 #include "apps/cli_main.h"
 #include <algorithm>
 #include <cerrno>
@@ -302,7 +300,7 @@ struct RemoveOnExit {
 
 int main(int argc, char** argv) {
   tessera::Environment env(argc, argv);
-  CLI::App app{"tessera bench_checkpoint: checkpoint save/restore bandwidth beside plain sequential I/O"};
+  tessera::apps::CommandLine app{"tessera bench_checkpoint: checkpoint save/restore bandwidth beside plain sequential I/O"};
   std::string mesh_text = "data=2,model=4";
   std::string which = "both";
   std::string dir = "/tmp/tessera_bench_checkpoint";
@@ -310,20 +308,20 @@ int main(int argc, char** argv) {
   int large_layers = 3;
   std::int64_t large_depth = 4096;
   app.add_option("--mesh", mesh_text, "mesh axes, name=size,... (the last axis splits W1 and W2)")
-      ->capture_default_str();
+      .capture_default_str();
   app.add_option("--state", which, "mlp (the tutorial: 4 layers, depth 1024), large, or both")
-      ->check(CLI::IsMember({"mlp", "large", "both"}))
-      ->capture_default_str();
+      .one_of({"mlp", "large", "both"})
+      .capture_default_str();
   app.add_option("--dir", dir,
                  "directory in which the run makes a directory of its own for its files, removed afterwards "
                  "(nothing else in --dir is touched)")
-      ->check(apps::non_empty_path())
-      ->capture_default_str();
+      .non_empty_path()
+      .capture_default_str();
   app.add_option("--repeats", repeats, "repetitions (the median is reported)")
-      ->capture_default_str();
-  app.add_option("--large-layers", large_layers, "layers of the large state")->capture_default_str();
+      .capture_default_str();
+  app.add_option("--large-layers", large_layers, "layers of the large state").capture_default_str();
   app.add_option("--large-depth", large_depth, "depth of the large state (3 x 2 x layers x depth^2 x 4 bytes)")
-      ->capture_default_str();
+      .capture_default_str();
   return tessera::apps::parse_and_run("bench_checkpoint", app, argc, argv, [&](int) {
     // The large state holds 3 x 2 x layers x depth^2 floats: bounds that keep the count in range.
     if (repeats < 1) throw tessera::UsageError("--repeats must be >= 1, got " + std::to_string(repeats));

@@ -7,8 +7,6 @@
 // Bus bandwidth: size / time times (n-1)/n (all_gather, reduce_scatter, all_to_all) or 2(n-1)/n
 // (all_reduce). ratio = the median over pairs of raw time / tessera time (= busbw ratio).
 //   scripts/mpirun/local.sh 8 build/apps/bench_collectives --min 4096 --max 67108864
-#include <CLI/CLI.hpp>
-
 #include "apps/cli_main.h"
 #include "apps/run_support.h"
 #include <mpi.h>
@@ -100,21 +98,21 @@ std::optional<Case> case_of(CommOp op, std::int64_t size, int n) {
 
 int main(int argc, char** argv) {
   Environment env(argc, argv);
-  CLI::App app{"tessera collectives against raw MPI on the same buffers"};
+  tessera::apps::CommandLine app{"tessera collectives against raw MPI on the same buffers"};
   std::int64_t min_bytes = 4096, max_bytes = 64ll << 20;
   int iters = 10, warmup = 2;
   std::vector<std::string> ops = {"all_gather", "reduce_scatter", "all_to_all", "all_reduce"};
   std::vector<std::string> layouts = {"outer", "inner"};
   std::string pack = "datatype";
-  app.add_option("--min", min_bytes, "smallest message size in bytes")->capture_default_str();
-  app.add_option("--max", max_bytes, "largest message size in bytes")->capture_default_str();
-  app.add_option("--iters", iters, "timed pairs (tessera call, raw call) per point")->capture_default_str();
-  app.add_option("--warmup", warmup, "untimed iterations per point")->capture_default_str();
-  app.add_option("--ops", ops, "collectives to run")->capture_default_str();
+  app.add_option("--min", min_bytes, "smallest message size in bytes").capture_default_str();
+  app.add_option("--max", max_bytes, "largest message size in bytes").capture_default_str();
+  app.add_option("--iters", iters, "timed pairs (tessera call, raw call) per point").capture_default_str();
+  app.add_option("--warmup", warmup, "untimed iterations per point").capture_default_str();
+  app.add_option("--ops", ops, "collectives to run").capture_default_str();
   app.add_option("--layouts", layouts, "outer (dimension 0) and/or inner (dimension 1 of [64, k])")
-      ->check(CLI::IsMember({"outer", "inner"}))
-      ->capture_default_str();
-  app.add_option("--pack", pack, "inner blocks: datatype or memcpy")->capture_default_str();
+      .one_of({"outer", "inner"})
+      .capture_default_str();
+  app.add_option("--pack", pack, "inner blocks: datatype or memcpy").capture_default_str();
   int world = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   return apps::parse_and_run("bench_collectives", app, argc, argv, [&](int world_rank) {

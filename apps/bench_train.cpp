@@ -1216,37 +1216,37 @@ int main(int argc, char** argv) {
   tessera::Environment env(argc, argv);
   int size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  CLI::App app{"bench_train: median ms per train step of the tutorial MLP or train_lm's transformer beside its floor"};
+  tessera::apps::CommandLine app{"bench_train: median ms per train step of the tutorial MLP or train_lm's transformer beside its floor"};
   Options o;
-  app.add_option("--model", o.model, "mlp (the tutorial's MLP) or lm (train_lm's transformer)")->capture_default_str();
+  app.add_option("--model", o.model, "mlp (the tutorial's MLP) or lm (train_lm's transformer)").capture_default_str();
   app.add_option("--mesh", o.mesh,
                  "mesh axes name=size,... (default: mlp data=..,model= 4, 2 or 1 by rank count; lm "
                  "data=2,seq=2,model=2 on 8 ranks, else data=<ranks>)");
   app.add_option("--strategy", o.strategy,
                  "mlp: dp (data=<ranks>), tp (model=<ranks>), fsdp (data=<ranks>, weights split over data) or 2d "
                  "(data=2,model=<ranks>/2) (default: none, the mesh of --mesh)");
-  app.add_option("--batch", o.batch, "global batch size (lm: sequences)")->capture_default_str();
+  app.add_option("--batch", o.batch, "global batch size (lm: sequences)").capture_default_str();
   app.add_option("--layers", o.layers, "number of layers (DotReluDot layers or transformer blocks)")
-      ->capture_default_str();
-  app.add_option("--depth", o.depth, "mlp: width of the layers")->capture_default_str();
-  app.add_option("--seq-len", o.seq_len, "lm: bytes per sequence")->capture_default_str();
-  app.add_option("--d-model", o.d_model, "lm: model width")->capture_default_str();
-  app.add_option("--heads", o.heads, "lm: attention heads")->capture_default_str();
-  app.add_option("--d-ff", o.d_ff, "lm: MLP width")->capture_default_str();
+      .capture_default_str();
+  app.add_option("--depth", o.depth, "mlp: width of the layers").capture_default_str();
+  app.add_option("--seq-len", o.seq_len, "lm: bytes per sequence").capture_default_str();
+  app.add_option("--d-model", o.d_model, "lm: model width").capture_default_str();
+  app.add_option("--heads", o.heads, "lm: attention heads").capture_default_str();
+  app.add_option("--d-ff", o.d_ff, "lm: MLP width").capture_default_str();
   app.add_flag("--scan", o.scan, "stacked layers run by a scan");
   app.add_flag("--sequence-parallel,!--no-sequence-parallel", o.sequence_parallel,
                "lm: Megatron's sequence parallelism, as train_lm's (on by default)");
   app.add_option("--opt-state", o.opt_state,
                  "lm: Adam's moments replicated like their weights, or sharded over the data and seq axes that "
                  "replicate them (train_lm --opt-state)")
-      ->check(CLI::IsMember({"replicated", "sharded"}))
-      ->capture_default_str();
-  app.add_option("--steps", o.steps, "timed steps (median reported)")->capture_default_str();
-  app.add_option("--warmup", o.warmup, "untimed steps first")->capture_default_str();
-  app.add_option("--seed", o.seed, "parameter seed")->capture_default_str();
+      .one_of({"replicated", "sharded"})
+      .capture_default_str();
+  app.add_option("--steps", o.steps, "timed steps (median reported)").capture_default_str();
+  app.add_option("--warmup", o.warmup, "untimed steps first").capture_default_str();
+  app.add_option("--seed", o.seed, "parameter seed").capture_default_str();
   app.add_option("--measure-seconds", o.measure_seconds, "time for each of the GEMM and copy measurements")
-      ->capture_default_str();
+      .capture_default_str();
   app.add_option("--copy-mib", o.copy_mib, "buffer size of the copy-bandwidth measurement per rank")
-      ->capture_default_str();
+      .capture_default_str();
   return tessera::apps::parse_and_run("bench_train", app, argc, argv, [&](int rank) { return run(o, rank, size); });
 }

@@ -6,8 +6,6 @@
 // PATH is a checkpoint file or a directory (its latest complete checkpoint). Runs on one process
 // (mpirun is not needed). Exit codes: 0 ok, 2 a bad command line or a file that is not a
 // checkpoint, 3 a checkpoint that fails its integrity checks (corrupt, incomplete, truncated).
-#include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -80,13 +78,13 @@ int integrity_checked(F&& command) {
 
 int main(int argc, char** argv) {
   tessera::Environment env(argc, argv);
-  CLI::App app{"tessera checkpoint tool: list a checkpoint's arrays, verify its checksums"};
+  tessera::apps::CommandLine app{"tessera checkpoint tool: list a checkpoint's arrays, verify its checksums"};
   app.require_subcommand(1);
   std::string path;
-  auto* list_cmd = app.add_subcommand("list", "step, mesh, configuration and every array");
-  list_cmd->add_option("path", path, "checkpoint file or directory")->required();
-  auto* verify_cmd = app.add_subcommand("verify", "check every chunk's Fletcher32 checksum");
-  verify_cmd->add_option("path", path, "checkpoint file or directory")->required();
+  auto& list_cmd = app.add_subcommand("list", "step, mesh, configuration and every array");
+  list_cmd.add_option("path", path, "checkpoint file or directory").required();
+  auto& verify_cmd = app.add_subcommand("verify", "check every chunk's Fletcher32 checksum");
+  verify_cmd.add_option("path", path, "checkpoint file or directory").required();
   return tessera::apps::parse_and_run("ckpt_tool", app, argc, argv, [&](int) {
     // One process reads the file: under mpirun every rank printed the whole report.
     int ranks = 1;
@@ -95,6 +93,6 @@ int main(int argc, char** argv) {
       throw tessera::UsageError("runs as one process (it reads the file itself), not on " + std::to_string(ranks) +
                                 " ranks: start it without mpirun");
     }
-    return integrity_checked([&] { return list_cmd->parsed() ? list(path) : verify(path); });
+    return integrity_checked([&] { return list_cmd.parsed() ? list(path) : verify(path); });
   });
 }

@@ -83,18 +83,18 @@ int print_hosts(const tessera::Mesh& mesh, int world_rank) {
 
 int main(int argc, char** argv) {
   tessera::Environment env(argc, argv);
-  CLI::App app{"tessera demo: a named mesh and a sharded tensor"};
+  tessera::apps::CommandLine app{"tessera demo: a named mesh and a sharded tensor"};
   std::string mesh_text = "data=2,model=4";
   std::string spec_text = "P(None, model)";
   std::vector<std::string> shape_args = {"16,64"};
   std::uint64_t seed = 0;
-  app.add_option("--mesh", mesh_text, "mesh axes, name=size,...")->capture_default_str();
+  app.add_option("--mesh", mesh_text, "mesh axes, name=size,...").capture_default_str();
   app.add_option("--spec", spec_text, "sharding: JAX text P(...) or a seqax shape string (rows/data cols)")
-      ->capture_default_str();
+      .capture_default_str();
   // Text, split here: CLI11's delimiter dropped empty elements (16,,64 ran as [16, 64]). The extents
   // may also come as separate arguments (--shape 16 64).
-  app.add_option("--shape", shape_args, "global shape, comma-separated decimal extents")->capture_default_str();
-  app.add_option("--seed", seed, "RNG seed")->capture_default_str();
+  app.add_option("--shape", shape_args, "global shape, comma-separated decimal extents").capture_default_str();
+  app.add_option("--seed", seed, "RNG seed").capture_default_str();
   bool hosts = false;
   app.add_flag("--hosts", hosts, "print each rank's host name and mesh coordinates instead of the tensor");
   return tessera::apps::parse_and_run("demo_mesh", app, argc, argv, [&](int rank) {

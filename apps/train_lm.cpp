@@ -490,19 +490,19 @@ int run(const Options& o, int world_rank) {
 
 int main(int argc, char** argv) {
   tessera::Environment env(argc, argv);
-  CLI::App app{"train_lm: a byte-level transformer language model, trained SPMD over MPI"};
+  tessera::apps::CommandLine app{"train_lm: a byte-level transformer language model, trained SPMD over MPI"};
   Options o;
   // A flag given twice takes its last value, so wrappers can be overridden.
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.take_last_of_repeats();
   app.add_option("--mesh", o.mesh, "mesh axes among data (batch), seq (sequence) and model (heads, d_ff, vocabulary), "
                                    "name=size,... (product = ranks)")
-      ->capture_default_str();
-  app.add_option("--batch", o.batch, "sequences per step (global)")->capture_default_str();
-  app.add_option("--seq-len", o.seq_len, "bytes per sequence")->capture_default_str();
-  app.add_option("--d-model", o.d_model, "width of the residual stream")->capture_default_str();
-  app.add_option("--heads", o.heads, "attention heads (d_head = d_model / heads, even)")->capture_default_str();
-  app.add_option("--d-ff", o.d_ff, "hidden width of each block's MLP")->capture_default_str();
-  app.add_option("--layers", o.layers, "transformer blocks")->capture_default_str();
+      .capture_default_str();
+  app.add_option("--batch", o.batch, "sequences per step (global)").capture_default_str();
+  app.add_option("--seq-len", o.seq_len, "bytes per sequence").capture_default_str();
+  app.add_option("--d-model", o.d_model, "width of the residual stream").capture_default_str();
+  app.add_option("--heads", o.heads, "attention heads (d_head = d_model / heads, even)").capture_default_str();
+  app.add_option("--d-ff", o.d_ff, "hidden width of each block's MLP").capture_default_str();
+  app.add_option("--layers", o.layers, "transformer blocks").capture_default_str();
   app.add_flag("--fsdp", o.fsdp, "split every weight's d_model dimension over data (gathered before use)");
   app.add_flag("--scan", o.scan, "stacked blocks with a leading layers dimension, run by a scan");
   app.add_flag("--sequence-parallel,!--no-sequence-parallel", o.sequence_parallel,
@@ -513,40 +513,40 @@ int main(int argc, char** argv) {
                  "Adam's moments: replicated (each like its weight) or sharded (each split further over the data and "
                  "seq axes that replicate its weight: every replica updates its part, then the weight is all-gathered; "
                  "ZeRO stage 1)")
-      ->check(CLI::IsMember({"replicated", "sharded"}))
-      ->capture_default_str();
+      .one_of({"replicated", "sharded"})
+      .capture_default_str();
   app.add_option("--dtype", o.dtype,
                  "compute dtype: f32, or bf16 (f32 parameters and Adam moments; bf16 matmuls, activations and "
                  "collectives; softmax and loss in f32)")
-      ->check(CLI::IsMember({"f32", "bf16"}))
-      ->capture_default_str();
+      .one_of({"f32", "bf16"})
+      .capture_default_str();
   app.add_flag("--remat", o.remat, "recompute each block's forward pass in the backward pass instead of keeping its activations");
-  app.add_option("--steps", o.steps, "train until this step")->capture_default_str();
+  app.add_option("--steps", o.steps, "train until this step").capture_default_str();
   app.add_option("--lr", o.lr, "peak Adam learning rate (linear warmup over 20 steps, then decay as "
                                "1/sqrt(step))")
-      ->capture_default_str();
-  app.add_option("--seed", o.seed, "seed of the parameters, the batches and the sampling")->capture_default_str();
+      .capture_default_str();
+  app.add_option("--seed", o.seed, "seed of the parameters, the batches and the sampling").capture_default_str();
   app.add_option("--data", o.data,
                  "text to train on, bytes as tokens; the last 5% held out (default: the regular files of "
                  "/usr/share/common-licenses, concatenated in name order)")
-      ->check(apps::non_empty_path());
+      .non_empty_path();
   app.add_option("--ckpt-dir", o.ckpt_dir,
                  "checkpoint directory: saves at the end and every --save-every (default: none, no checkpoints)")
-      ->check(apps::non_empty_path());
-  app.add_option("--save-every", o.save_every, "save every N steps (0: only at the end)")->capture_default_str();
-  app.add_option("--keep", o.keep, "checkpoints kept")->capture_default_str();
+      .non_empty_path();
+  app.add_option("--save-every", o.save_every, "save every N steps (0: only at the end)").capture_default_str();
+  app.add_option("--keep", o.keep, "checkpoints kept").capture_default_str();
   app.add_flag("--resume", o.resume, "continue from the latest checkpoint in --ckpt-dir (on any mesh)");
   app.add_flag("--overwrite", o.overwrite,
                "delete the checkpoints already in --ckpt-dir and start over (a run without it refuses them)");
   app.add_option("--metrics", o.metrics,
                  "write one JSON object per step to FILE: step, loss, ms, tokens_per_s, lr, the time split and "
                  "bytes by collective, heldout_loss on evaluation steps (default: none)")
-      ->check(apps::non_empty_path());
+      .non_empty_path();
   app.add_flag("--quiet", o.quiet, "no progress line per step");
   app.add_option("--eval-every", o.eval_every, "held-out loss every N steps and at the end (0: at the end only)")
-      ->capture_default_str();
-  app.add_option("--prompt", o.prompt, "text the sample at the end starts from")->capture_default_str();
-  app.add_option("--sample-bytes", o.sample_bytes, "bytes sampled after training (0: no sample)")->capture_default_str();
-  app.add_option("--temperature", o.temperature, "sampling temperature (0: greedy)")->capture_default_str();
+      .capture_default_str();
+  app.add_option("--prompt", o.prompt, "text the sample at the end starts from").capture_default_str();
+  app.add_option("--sample-bytes", o.sample_bytes, "bytes sampled after training (0: no sample)").capture_default_str();
+  app.add_option("--temperature", o.temperature, "sampling temperature (0: greedy)").capture_default_str();
   return tessera::apps::parse_and_run("train_lm", app, argc, argv, [&](int rank) { return run(o, rank); });
 }

@@ -291,48 +291,48 @@ int run(const Options& o, int world_rank) {
 
 int main(int argc, char** argv) {
   tessera::Environment env(argc, argv);
-  CLI::App app{"train_mlp: the Flax sharding tutorial's MLP, trained SPMD over MPI"};
+  tessera::apps::CommandLine app{"train_mlp: the Flax sharding tutorial's MLP, trained SPMD over MPI"};
   Options o;
   // A flag given twice takes its last value, so wrappers (scripts/run.sh) can be overridden.
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.add_option("--mesh", o.mesh, "mesh axes, name=size,... (product = ranks)")->capture_default_str();
-  app.add_option("--batch", o.batch, "global batch size")->capture_default_str();
-  app.add_option("--layers", o.layers, "number of DotReluDot layers")->capture_default_str();
-  app.add_option("--depth", o.depth, "width of the layers (input, hidden and output)")->capture_default_str();
+  app.take_last_of_repeats();
+  app.add_option("--mesh", o.mesh, "mesh axes, name=size,... (product = ranks)").capture_default_str();
+  app.add_option("--batch", o.batch, "global batch size").capture_default_str();
+  app.add_option("--layers", o.layers, "number of DotReluDot layers").capture_default_str();
+  app.add_option("--depth", o.depth, "width of the layers (input, hidden and output)").capture_default_str();
   app.add_flag("--scan", o.scan, "stacked layers with a leading layer dimension, run by a scan");
-  CLI::Option* logical =
+  tessera::apps::Option logical =
       app.add_flag("--logical", o.logical, "logical names (batch, embed, hidden, layer) resolved by --rules");
   // Without --logical the specs are the tutorial's own and no rule is read: a --rules alone was
   // ignored in silence.
   app.add_option("--rules", o.rules, "logical rules, name=axis[+axis],... (with --logical)")
-      ->needs(logical)
-      ->capture_default_str();
-  app.add_option("--steps", o.steps, "train until this step")->capture_default_str();
-  app.add_option("--lr", o.lr, "Adam learning rate")->capture_default_str();
+      .needs(logical)
+      .capture_default_str();
+  app.add_option("--steps", o.steps, "train until this step").capture_default_str();
+  app.add_option("--lr", o.lr, "Adam learning rate").capture_default_str();
   app.add_option("--loss", o.loss, "sum (the tutorial's), mse or xent (teacher targets)")
-      ->check(CLI::IsMember({"sum", "mse", "xent"}))
-      ->capture_default_str();
+      .one_of({"sum", "mse", "xent"})
+      .capture_default_str();
   app.add_option("--input", o.input, "ones (the tutorial's) or random (RNG keyed by seed and step)")
-      ->check(CLI::IsMember({"ones", "random"}))
-      ->capture_default_str();
+      .one_of({"ones", "random"})
+      .capture_default_str();
   app.add_option("--examples", o.examples, "size of the pool random inputs are drawn from (0: fresh every step)")
-      ->capture_default_str();
-  app.add_option("--seed", o.seed, "seed of parameters, data and teacher")->capture_default_str();
-  app.add_option("--microbatches", o.microbatches, "serial microbatches per step")->capture_default_str();
+      .capture_default_str();
+  app.add_option("--seed", o.seed, "seed of parameters, data and teacher").capture_default_str();
+  app.add_option("--microbatches", o.microbatches, "serial microbatches per step").capture_default_str();
   app.add_option("--ckpt-dir", o.ckpt_dir, "checkpoint directory: saves at the end and every --save-every (default: none, no checkpoints)")
-      ->check(apps::non_empty_path());
-  app.add_option("--save-every", o.save_every, "save every N steps (0: only at the end)")->capture_default_str();
-  app.add_option("--keep", o.keep, "checkpoints kept")->capture_default_str();
+      .non_empty_path();
+  app.add_option("--save-every", o.save_every, "save every N steps (0: only at the end)").capture_default_str();
+  app.add_option("--keep", o.keep, "checkpoints kept").capture_default_str();
   app.add_flag("--resume", o.resume, "continue from the latest checkpoint in --ckpt-dir");
   app.add_flag("--overwrite", o.overwrite,
                "delete the checkpoints already in --ckpt-dir and start over (a run without it refuses them)");
   app.add_option("--metrics", o.metrics, "write one JSON object per step to FILE (default: none)")
-      ->check(apps::non_empty_path());
+      .non_empty_path();
   app.add_flag("--quiet", o.quiet, "no progress line per step");
   app.add_option("--dtype", o.dtype,
                  "compute dtype: f32, or bf16 (f32 parameters and Adam moments, bf16 activations and collectives)")
-      ->check(CLI::IsMember({"f32", "bf16"}))
-      ->capture_default_str();
+      .one_of({"f32", "bf16"})
+      .capture_default_str();
   app.add_flag("--remat", o.remat, "recompute each layer's forward pass in the backward pass instead of keeping its activations");
   return tessera::apps::parse_and_run("train_mlp", app, argc, argv, [&](int rank) { return run(o, rank); });
 }

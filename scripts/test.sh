@@ -40,8 +40,8 @@ if [ "${TESSERA_TEST_SANITIZE:-1}" != 0 ]; then
 fi
 
 # The fuzz step (scripts/fuzz.sh): replays tests/fuzz/corpus through every libFuzzer target, then
-# fuzzes each for FUZZ_SECONDS (25 s), as many targets at a time as cores. TESSERA_SKIP_FUZZ=1
-# leaves it out.
+# fuzzes each for FUZZ_SECONDS, here 10 s unless set (fuzz.sh alone: 25 s), as many targets at a
+# time as cores. TESSERA_SKIP_FUZZ=1 leaves it out.
 if [ "${TESSERA_SKIP_FUZZ:-0}" != 1 ]; then
-  "${fuzz_build[@]}" bash scripts/fuzz.sh
+  FUZZ_SECONDS=${FUZZ_SECONDS:-10} "${fuzz_build[@]}" bash scripts/fuzz.sh
 fi
