@@ -1,7 +1,9 @@
 // Elementwise ops with broadcasting: spec alignment, partial rules, local kernels, and VJPs.
 #include <algorithm>
+#include <cmath>
 #include <set>
 
+#include "collectives/collectives.h"
 #include "collectives/reshard.h"
 #include "core/error.h"
 #include "nn/ops.h"
@@ -98,8 +100,32 @@ struct Pair {
   }
 };
 
+// What makes a product or quotient of a partial operand differ from that of its sum: a factor
+// that is infinite (0 x inf is nan in a part whose sum is not 0), a divisor that is 0 (parts 2
+// and -1 divided by 0 give inf - inf = nan where the sum gives inf).
+enum class Hazard { infinite, zero };
+
+// Whether any rank's block of `x` holds an element of `hazard`: each rank looks at its own block,
+// and one all-reduce (max) over every mesh axis gives every rank the same answer, so that all of
+// them resolve the partial operand or none does.
+bool held_on_any_rank(const ShardedTensor& x, Hazard hazard) {
+  if (!is_floating(x.dtype())) return false;  // alike on every rank; the kernels refuse i32 after this
+  const Tensor block = x.local().dtype() == DType::bf16 ? x.local().astype(DType::f32) : x.local();
+  auto scan = [&](const auto* values) {
+    const std::int64_t n = block.numel();
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (hazard == Hazard::zero ? values[i] == 0 : std::isinf(values[i])) return true;
+    }
+    return false;
+  };
+  const bool here = block.dtype() == DType::f64 ? scan(block.data<double>()) : scan(block.data<float>());
+  const Tensor flag = Tensor::full({1}, here ? 1.0 : 0.0);
+  return all_reduce(x.mesh(), flag, x.mesh().axis_names(), ReduceOp::max).data<float>()[0] != 0.0f;
+}
+
 // Partial rules: add/sub need equal partial sets (a replicated operand becomes partial for
-// free); mul/div are linear in a (and mul in b) when the other operand does not use the axis.
+// free); mul/div are linear in a (and mul in b) when the other operand does not use the axis,
+// and the other operand holds no infinite factor (mul) or zero divisor (div) on any rank.
 void align_partial(BinaryOp op, Pair& p) {
   const Spec& sa = p.a->spec();
   const Spec& sb = p.b->spec();
@@ -135,12 +161,14 @@ void align_partial(BinaryOp op, Pair& p) {
   if (sb.is_partial()) {
     bool ok = linear_in_b && std::none_of(sb.partial.begin(), sb.partial.end(),
                                           [&](const std::string& axis) { return uses(sa, axis); });
+    if (ok && !sa.is_partial()) ok = !held_on_any_rank(*p.a, Hazard::infinite);
     if (!ok) p.set_b(resolve_partial(*p.b));
   }
   const Spec& sb2 = p.b->spec();
   if (sa.is_partial()) {
     bool ok = linear_in_a && std::none_of(sa.partial.begin(), sa.partial.end(),
                                           [&](const std::string& axis) { return uses(sb2, axis); });
+    if (ok && !sb2.is_partial()) ok = !held_on_any_rank(*p.b, op == BinaryOp::mul ? Hazard::infinite : Hazard::zero);
     if (!ok) p.set_a(resolve_partial(*p.a));
   }
 }
@@ -210,6 +238,8 @@ ShardedTensor unary(UnaryOp op, const ShardedTensor& x) {
 }
 
 ShardedTensor scale(const ShardedTensor& x, double factor) {
+  // An infinite or nan factor times a part is not that factor times the sum (0 x inf is nan).
+  if (!std::isfinite(factor) && x.spec().is_partial()) return scale(resolve_partial(x), factor);
   return ShardedTensor(x.mesh(), x.spec(), x.global_shape(), affine(x.local(), factor));
 }
 

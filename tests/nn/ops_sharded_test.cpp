@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
+#include <vector>
 
 #include "collectives/comm_stats.h"
 #include "collectives/reshard.h"
@@ -189,6 +191,59 @@ TEST(OpsSharded, AContractionMetAgainReplaysItsPlan) {
     EXPECT_EQ(out[1].spec().to_string(), out[0].spec().to_string()) << c.label;
     ASSERT_EQ(out[1].local().nbytes(), out[0].local().nbytes()) << c.label;
     EXPECT_EQ(std::memcmp(out[1].local().raw(), out[0].local().raw(), out[0].local().nbytes()), 0) << c.label;
+  }
+}
+
+// A product or quotient keeps a partial operand partial, its parts' results summing to the result,
+// except where they do not: a factor that is infinite (a part of 0 times inf is nan) or a divisor
+// that is 0 (parts 2 and -1 over 0 give inf - inf = nan, their sum 1 over 0 gives inf). There the
+// operand is summed first, on every rank alike: the ranks agree on whether any block holds such an
+// element, here the last model block only. The results are exact: the sum of the parts is 1.
+TEST(OpsSharded, APartialOperandIsSummedBeforeAZeroDivisorOrAnInfiniteFactor) {
+  const int n = world_size();
+  if (n < 2 || n % 2 != 0) GTEST_SKIP() << "needs a data axis of 2";
+  Mesh mesh = Mesh::world(MeshShape({"data", "model"}, {2, n / 2}));
+  const std::int64_t m = n;  // two elements in each model block
+  const int data = mesh.coords()[0];
+  // Parts over data: `first` on data coordinate 0, `second` on 1; two elements per model block.
+  const auto parts = [&](double first, double second) {
+    return ShardedTensor(mesh, parse_spec("P(model; partial=data)"), {m}, Tensor::full({2}, data == 0 ? first : second), "x");
+  };
+  // i + 1 at element i, except the last element: `last`.
+  const auto factor = [&](double last) {
+    return ShardedTensor::from_fn(
+        mesh, parse_spec("P(model)"), {m}, DType::f32,
+        [&](std::int64_t i) { return i == m - 1 ? last : static_cast<double>(i + 1); }, "b");
+  };
+  const auto whole = [](const ShardedTensor& y) {
+    const ShardedTensor all = tessera::reshard(y, parse_spec("P(None)"));
+    const float* v = all.local().data<float>();
+    return std::vector<float>(v, v + all.local().numel());
+  };
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> quotients, products;
+  for (std::int64_t i = 0; i < m; ++i) {
+    quotients.push_back(i == m - 1 ? inf : 1.0f / static_cast<float>(i + 1));
+    products.push_back(i == m - 1 ? inf : static_cast<float>(i + 1));
+  }
+  const ShardedTensor quotient = binary(BinaryOp::div, parts(2, -1), factor(0));
+  EXPECT_FALSE(quotient.spec().is_partial());
+  EXPECT_EQ(whole(quotient), quotients);
+  const ShardedTensor product = binary(BinaryOp::mul, parts(0, 1), factor(inf));
+  EXPECT_FALSE(product.spec().is_partial());
+  EXPECT_EQ(whole(product), products);
+  const ShardedTensor product_b = binary(BinaryOp::mul, factor(inf), parts(0, 1));
+  EXPECT_FALSE(product_b.spec().is_partial());
+  EXPECT_EQ(whole(product_b), products);
+  const ShardedTensor scaled = scale(parts(0, 1), inf);
+  EXPECT_FALSE(scaled.spec().is_partial());
+  EXPECT_EQ(whole(scaled), std::vector<float>(m, inf));
+  // Without such an element the operand stays partial, as before.
+  const ShardedTensor kept = binary(BinaryOp::div, parts(2, -1), factor(m));
+  EXPECT_EQ(kept.spec().to_string(), parse_spec("P(model; partial=data)").to_string());
+  const std::vector<float> kept_values = whole(kept);
+  for (std::int64_t i = 0; i < m; ++i) {
+    EXPECT_FLOAT_EQ(kept_values[i], 1.0f / static_cast<float>(i == m - 1 ? m : i + 1)) << i;
   }
 }
 
