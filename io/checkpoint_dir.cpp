@@ -96,6 +96,15 @@ void check_room_for_saves(const std::string& dir) {
     throw IoError("checkpoint directory '" + dir + "': '" + obstacle +
                   "' is a directory where a checkpoint's file goes, so a save would fail there");
   }
+  // A save makes its file and `latest` beside it and renames them: it needs to write the directory
+  // (a lock file this user may open can sit in a directory it may not write).
+  if (::faccessat(AT_FDCWD, dir.c_str(), W_OK | X_OK, AT_EACCESS) != 0) {
+    const int error = errno;
+    if (error != ENOENT) {
+      throw IoError("checkpoint directory '" + dir + "': this user cannot create files in it (" +
+                    std::strerror(error) + "), so a save would fail there");
+    }
+  }
 }
 
 void check_free_space(const std::string& dir, std::uint64_t bytes, std::int64_t step) {

@@ -31,7 +31,8 @@ std::vector<std::pair<std::int64_t, std::string>> list_complete(const std::strin
 
 // Before a run trains (train_mlp, train_lm): throws IoError naming `dir` where a save would fail
 // at its end, after the work: a directory at a checkpoint's name (ckpt_<step>.h5, its .tmp,
-// `latest`, `latest.tmp`), or a path too long to hold the longest file name under PATH_MAX.
+// `latest`, `latest.tmp`), a path too long to hold the longest file name under PATH_MAX, or a
+// directory this user may not write (faccessat(2) with the effective IDs; root may write any).
 void check_room_for_saves(const std::string& dir);
 
 // Throws IoError naming `dir` when its file system has fewer than `bytes` free for the checkpoint

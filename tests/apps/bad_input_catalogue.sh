@@ -517,6 +517,23 @@ mkfifo "$work/lock_fifo/.lock"
 expect ckpt_dir.lock_is_a_fifo 2 \
   "^train_mlp: checkpoint directory '$work/lock_fifo': the lock file '$work/lock_fifo/.lock' is a FIFO, not a regular file\$" \
   mpi "$tm" "${small[@]}" --steps 2 --save-every 1 --ckpt-dir "$work/lock_fifo"
+# A directory this user may not write, holding a lock file it may open (left by a run of this user
+# before the directory became read-only to it): refused before the run trains, where the first
+# save failed after it. Root writes any directory, so the case runs as nobody (setpriv), and is
+# left out where the tests do not run as root; the directory is left as it was.
+mkdir -p "$work/not_writable"
+printf '' >"$work/not_writable/.lock" && chmod 666 "$work/not_writable/.lock" && chmod 755 "$work/not_writable"
+as_nobody=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+if [ "$(id -u)" = 0 ] && "${as_nobody[@]}" test -x "$tm" 2>/dev/null; then
+  expect ckpt_dir.not_writable 2 \
+    "^train_mlp: checkpoint directory '$work/not_writable': this user cannot create files in it \\(Permission denied\\), so a save would fail there\$" \
+    one bash -c '"${@:2}"; rc=$?
+    [ "$(ls -A "$1")" = .lock ] || { echo "directory holds: $(ls -A "$1" | tr "\n" " ")" >&2; exit 9; }
+    exit $rc' _ "$work/not_writable" "${as_nobody[@]}" bash "$launch" "$ranks" "$tm" "${small[@]}" --steps 2 \
+    --ckpt-dir "$work/not_writable"
+else
+  echo "catalogue: ckpt_dir.not_writable left out: not root, or nobody cannot run $tm"
+fi
 # A disk without room for the checkpoint (a 16 KiB tmpfs, mounted in a mount namespace of the case's
 # own) is named before the file is made: the save leaves nothing but the lock in the directory
 # (the check after the run fails the case otherwise). Before, the MPI write failed with "input/output
