@@ -10,6 +10,13 @@
 namespace tessera::apps {
 namespace {
 
+// The footer of every program's --help (the README's "Exit codes" table says the same).
+constexpr const char* kExitCodes =
+    "Exit codes: 0 success; 2 bad input (a flag, spec, rule, mesh, shape or file refused before any work,\n"
+    "or a training loss that is no longer finite); 3 a checkpoint that fails its integrity checks (corrupt,\n"
+    "incomplete or truncated); 1 a runtime failure (an MPI call, an allocation). Every rank exits with\n"
+    "the same code.";
+
 // A check that refuses an empty value with `message` (CLI11 took one as the type's zero, or as the
 // flag's default).
 CLI::Validator refuse_empty(std::string message, std::string name) {

@@ -88,11 +88,4 @@ class CommandLine {
 // is not one that fits an int64 (an unsigned flag: a uint64 that is not negative); empty when it is.
 std::string canonical_decimal(std::string& value, bool is_unsigned);
 
-// The footer of every program's --help (the README's "Exit codes" table says the same).
-inline constexpr const char* kExitCodes =
-    "Exit codes: 0 success; 2 bad input (a flag, spec, rule, mesh, shape or file refused before any work,\n"
-    "or a training loss that is no longer finite); 3 a checkpoint that fails its integrity checks (corrupt,\n"
-    "incomplete or truncated); 1 a runtime failure (an MPI call, an allocation). Every rank exits with\n"
-    "the same code.";
-
 }  // namespace tessera::apps
