@@ -65,6 +65,14 @@ class CollectiveCheck {
   CollectiveCheck& operator=(const CollectiveCheck&) = delete;
 };
 
+// A check at the start of a call that encloses collectives checked on their own (shard_map, whose
+// body's collectives may differ from rank to rank): runs the check as CollectiveCheck does, but
+// leaves the depth alone, so that what follows is checked call by call.
+template <class Describe>
+void check_entry(const Mesh& mesh, Describe&& describe) {
+  if (collective_check_depth() == 0 && collective_check_enabled()) check_same_collective(mesh, describe());
+}
+
 // "f32 rank-2 blocks": what every rank's block has in common.
 std::string blocks_text(const Tensor& local);
 

@@ -63,15 +63,17 @@ std::string join_lines(const std::vector<std::string>& lines) {
 
 }  // namespace
 
+const Mesh* first_mesh(const CheckpointState& state) {
+  for (const auto& array : state.arrays) {
+    if (array.tensor().mesh().valid()) return &array.tensor().mesh();
+  }
+  return nullptr;
+}
+
 void agree_on_state(const CheckpointState& state, std::string_view what, bool whole_state) {
   const Communicator world = Communicator::world();
-  const Communicator* comm = &world;
-  for (const auto& array : state.arrays) {
-    if (array.tensor().mesh().valid()) {
-      comm = &array.tensor().mesh().comm();
-      break;
-    }
-  }
+  const Mesh* mesh = first_mesh(state);
+  const Communicator* comm = mesh != nullptr ? &mesh->comm() : &world;
   const std::vector<std::string> mine = describe_state(state, whole_state);
   const std::string text = join_lines(mine);
   const std::uint64_t hash = std::hash<std::string>{}(text);

@@ -25,6 +25,10 @@ namespace tessera::checkpoint_io {
 // two arrays are on meshes of different shapes. `what` names the caller in messages.
 const Mesh* common_mesh(const CheckpointState& state, std::string_view what);
 
+// The mesh of the first array of `state` that has one (every array's, once agree_on_state and
+// common_mesh have passed), or nullptr.
+const Mesh* first_mesh(const CheckpointState& state);
+
 // Collective over the communicator of the first array's mesh (the world's when no array has
 // one): every rank must pass the same description of `state`: its arrays' count, paths, dtypes,
 // global shapes, specs, meshes and logical names, and with `whole_state` also the step, the seed

@@ -46,6 +46,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "collectives/collective_check.h"
 #include "core/checked.h"
 #include "core/error.h"
 #include "core/files.h"
@@ -595,6 +596,13 @@ CheckShare check_share(const ShardedTensor& want, const std::vector<int>& leader
 
 void restore_checkpoint_into(const std::string& dir_or_file, CheckpointState& target) {
   quiet_hdf5_errors();
+  // TESSERA_COLLECTIVE_CHECK: every rank is at this restore, from the same directory or file (as
+  // at a save).
+  const Mesh* checked_mesh = checkpoint_io::first_mesh(target);
+  std::optional<detail::CollectiveCheck> check;
+  if (checked_mesh != nullptr) {
+    check.emplace(*checked_mesh, [&] { return "restore_checkpoint from '" + dir_or_file + "'"; });
+  }
   // Every rank's target first, so that the checks after it see the same facts on every rank.
   checkpoint_io::agree_on_state(target, "restore_checkpoint", /*whole_state=*/false);
   for (const auto& array : target.arrays) format::validate_array_path(array.path);

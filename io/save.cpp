@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "core/checked.h"
+#include "collectives/collective_check.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "io/checkpoint_dir.h"
@@ -483,6 +484,12 @@ void write_chunk_digests(const CheckpointState& state, const std::vector<Chunkin
 
 std::string save_checkpoint(const CheckpointState& state, const std::string& dir, const SaveOptions& options) {
   quiet_hdf5_errors();
+  // TESSERA_COLLECTIVE_CHECK: every rank is at this save, into the same directory (a rank at
+  // another collective, or saving elsewhere, is named before the agreements below, which are
+  // MPI's own calls). What runs inside follows from what it checks.
+  const Mesh* checked_mesh = checkpoint_io::first_mesh(state);
+  std::optional<detail::CollectiveCheck> check;
+  if (checked_mesh != nullptr) check.emplace(*checked_mesh, [&] { return "save_checkpoint into '" + dir + "'"; });
   // Every rank's state first, so that the checks after it see the same facts on every rank.
   checkpoint_io::agree_on_state(state, "save_checkpoint", /*whole_state=*/true);
   validate_for_save(state);

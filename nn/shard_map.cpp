@@ -14,6 +14,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "collectives/collective_check.h"
 #include "collectives/collectives.h"
 #include "collectives/reshard.h"
 #include "core/env_settings.h"
@@ -289,6 +290,17 @@ void agree_on_results(const Mesh& mesh, const Mesh& local, const BodyOutcome& ou
 std::vector<Var> shard_map_impl(const Mesh& mesh, const ShardMapBody& body, const std::vector<Spec>& in_specs,
                                 const std::vector<Spec>& out_specs, const std::vector<Var>& args,
                                 const ShardMapOptions& options, const Signature* sig) {
+  // TESSERA_COLLECTIVE_CHECK: every rank is at this shard_map, with the same specs, before the
+  // checks below (each rank's own) and the agreement on the body's results (MPI's own call); the
+  // body's collectives are checked one by one.
+  tessera::detail::check_entry(mesh, [&] {
+    const auto specs = [](const std::vector<Spec>& list) {
+      std::string text;
+      for (const Spec& spec : list) text += (text.empty() ? "" : ", ") + spec.to_string();
+      return "(" + text + ")";
+    };
+    return "shard_map with in_specs " + specs(in_specs) + " and out_specs " + specs(out_specs);
+  });
   const MeshShape& shape = mesh.shape();
   if (args.size() != in_specs.size()) {
     throw Error("shard_map: " + std::to_string(args.size()) + " arguments for " + std::to_string(in_specs.size()) +
