@@ -38,7 +38,7 @@ const Mesh* first_mesh(const CheckpointState& state);
 // rank throws the same IoError naming the first differing rank's first difference.
 // The place the call names comes first: `place_kind` "directory" and `place` a save's directory,
 // or "checkpoint path" and a restore's directory or file (ranks that named different ones wrote
-// or read different files; a save's MPI-IO open failed on the ranks whose file rank 0 had not made).
+// or read different files; a save's collective MPI-IO open failed with MPI_ERR_NO_SUCH_FILE).
 void agree_on_state(const CheckpointState& state, std::string_view what, bool whole_state, std::string_view place_kind,
                     const std::string& place);
 
