@@ -51,9 +51,9 @@ void wait_for_pruning();
 // the save returns: SaveOptions::prune_in_background). Returns the final path. Arrays must be
 // on one mesh and not partial (reshard them first). Each block is written once: only the
 // replica at coordinate 0 of every mesh axis the spec does not use writes. Every rank passes the
-// same step, seed, config and arrays (paths, dtypes, global shapes, specs, mesh, logical names):
-// checked first with one all-reduce of a hash, and a rank whose state differs from rank 0's is
-// named in an IoError on every rank before anything is written.
+// same directory, step, seed, config and arrays (paths, dtypes, global shapes, specs, mesh,
+// logical names): checked first with one all-reduce of a hash, and a rank whose arguments differ
+// from rank 0's is named in an IoError on every rank before anything is written.
 std::string save_checkpoint(const CheckpointState& state, const std::string& dir, const SaveOptions& options = {});
 
 // Collective over the target arrays' mesh. `dir_or_file` is a checkpoint file or a directory

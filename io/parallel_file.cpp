@@ -27,8 +27,10 @@ const Mesh* common_mesh(const CheckpointState& state, std::string_view what) {
 namespace {
 
 // One line per fact that every rank must share.
-std::vector<std::string> describe_state(const CheckpointState& state, bool whole_state) {
+std::vector<std::string> describe_state(const CheckpointState& state, bool whole_state, std::string_view place_kind,
+                                        const std::string& place) {
   std::vector<std::string> lines;
+  lines.push_back(std::string(place_kind) + " '" + place + "'");
   if (whole_state) {
     lines.push_back("step " + std::to_string(state.step));
     lines.push_back("seed " + std::to_string(state.seed));
@@ -70,11 +72,12 @@ const Mesh* first_mesh(const CheckpointState& state) {
   return nullptr;
 }
 
-void agree_on_state(const CheckpointState& state, std::string_view what, bool whole_state) {
+void agree_on_state(const CheckpointState& state, std::string_view what, bool whole_state, std::string_view place_kind,
+                    const std::string& place) {
   const Communicator world = Communicator::world();
   const Mesh* mesh = first_mesh(state);
   const Communicator* comm = mesh != nullptr ? &mesh->comm() : &world;
-  const std::vector<std::string> mine = describe_state(state, whole_state);
+  const std::vector<std::string> mine = describe_state(state, whole_state, place_kind, place);
   const std::string text = join_lines(mine);
   const std::uint64_t hash = std::hash<std::string>{}(text);
   std::uint64_t most[2] = {hash, ~hash};
@@ -92,9 +95,9 @@ void agree_on_state(const CheckpointState& state, std::string_view what, bool wh
     while (k < mine.size() && k < theirs.size() && mine[k] == theirs[k]) ++k;
     const std::string here = k < mine.size() ? mine[k] : "nothing more";
     const std::string there = k < theirs.size() ? theirs[k] : "nothing more";
-    error = std::string(what) + ": this rank's state differs from rank 0's: " + here + " here, " + there +
-            " on rank 0; every rank passes the same " + (whole_state ? "step, seed, configuration and " : "") +
-            "arrays";
+    error = std::string(what) + ": this rank's arguments differ from rank 0's: " + here + " here, " + there +
+            " on rank 0; every rank passes the same " + std::string(place_kind) +
+            (whole_state ? ", step, seed, configuration and arrays" : " and arrays");
   }
   agree_or_throw<IoError>(*comm, error);
 }

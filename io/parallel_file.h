@@ -36,7 +36,11 @@ const Mesh* first_mesh(const CheckpointState& state);
 // sizes or files of different names (an MPI-IO error, or a hang), or one rank refused alone. One
 // all-reduce of a hash; only on a mismatch does rank 0's description go to every rank, and every
 // rank throws the same IoError naming the first differing rank's first difference.
-void agree_on_state(const CheckpointState& state, std::string_view what, bool whole_state);
+// The place the call names comes first: `place_kind` "directory" and `place` a save's directory,
+// or "checkpoint path" and a restore's directory or file (ranks that named different ones wrote
+// or read different files; a save's collective MPI-IO open failed with MPI_ERR_NO_SUCH_FILE).
+void agree_on_state(const CheckpointState& state, std::string_view what, bool whole_state, std::string_view place_kind,
+                    const std::string& place);
 
 // File access through MPI-IO over `comm` (ROMIO: see docs/design.md), with the 1.8 file format as
 // the oldest allowed so object headers carry checksums.

@@ -604,7 +604,7 @@ void restore_checkpoint_into(const std::string& dir_or_file, CheckpointState& ta
     check.emplace(*checked_mesh, [&] { return "restore_checkpoint from '" + dir_or_file + "'"; });
   }
   // Every rank's target first, so that the checks after it see the same facts on every rank.
-  checkpoint_io::agree_on_state(target, "restore_checkpoint", /*whole_state=*/false);
+  checkpoint_io::agree_on_state(target, "restore_checkpoint", /*whole_state=*/false, "checkpoint path", dir_or_file);
   for (const auto& array : target.arrays) format::validate_array_path(array.path);
   const Mesh* mesh = checkpoint_io::common_mesh(target, "restore_checkpoint");
   const Communicator world = Communicator::world();

@@ -491,7 +491,7 @@ std::string save_checkpoint(const CheckpointState& state, const std::string& dir
   std::optional<detail::CollectiveCheck> check;
   if (checked_mesh != nullptr) check.emplace(*checked_mesh, [&] { return "save_checkpoint into '" + dir + "'"; });
   // Every rank's state first, so that the checks after it see the same facts on every rank.
-  checkpoint_io::agree_on_state(state, "save_checkpoint", /*whole_state=*/true);
+  checkpoint_io::agree_on_state(state, "save_checkpoint", /*whole_state=*/true, "directory", dir);
   validate_for_save(state);
   const Mesh* mesh = checkpoint_io::common_mesh(state, "save_checkpoint");
   const Communicator world = Communicator::world();

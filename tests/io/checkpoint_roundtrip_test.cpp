@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "collectives/collective_check.h"
 #include "io/checkpoint_dir.h"
 #include "io/checkpoint_format.h"
 #include "io/hdf5_handle.h"
@@ -378,10 +379,10 @@ TEST(CheckpointRoundTrip, PartialSourceIsRefusedOnEveryRank) {
   EXPECT_FALSE(latest_checkpoint(dir.path()).has_value());
 }
 
-// Every rank must pass the same state. A step that differed from rank to rank named two files
-// and ended in an MPI-IO error; arrays that differed went on into collectives of different sizes.
-// Now the first rank whose state differs from rank 0's names the difference, on every rank, and
-// nothing is written.
+// Every rank must pass the same directory and state. A step or a directory that differed from
+// rank to rank named two files and ended in an MPI-IO error; arrays that differed went on into
+// collectives of different sizes. Now the first rank whose arguments differ from rank 0's names
+// the difference, on every rank, and nothing is written.
 TEST(CheckpointRoundTrip, StatesThatDifferFromRankToRankAreRefusedOnEveryRank) {
   if (world_size() < 2) GTEST_SKIP() << "needs two ranks";
   Mesh mesh = Mesh::world(meshes_of_size(world_size()).back());
@@ -395,8 +396,8 @@ TEST(CheckpointRoundTrip, StatesThatDifferFromRankToRankAreRefusedOnEveryRank) {
     state.arrays.push_back({std::move(path), ShardedTensor::zeros(mesh, Spec(), std::move(shape)), {}});
     return state;
   };
-  const std::string prefix = "rank " + std::to_string(last) + ": save_checkpoint: this rank's state differs from rank 0's: ";
-  const std::string suffix = " on rank 0; every rank passes the same step, seed, configuration and arrays";
+  const std::string prefix = "rank " + std::to_string(last) + ": save_checkpoint: this rank's arguments differ from rank 0's: ";
+  const std::string suffix = " on rank 0; every rank passes the same directory, step, seed, configuration and arrays";
   std::string message =
       io_testing::io_error_of([&] { save_checkpoint(state_of(odd_one ? 4 : 3, {8, 8}, "params/W"), dir.path()); });
   EXPECT_EQ(message, prefix + "step 4 here, step 3" + suffix);
@@ -409,17 +410,36 @@ TEST(CheckpointRoundTrip, StatesThatDifferFromRankToRankAreRefusedOnEveryRank) {
   message = io_testing::io_error_of([&] { save_checkpoint(fewer, dir.path()); });
   EXPECT_EQ(message, prefix + "1 array here, 2 arrays" + suffix);
   EXPECT_TRUE(io_testing::same_on_every_rank(message));
+  // (With TESSERA_COLLECTIVE_CHECK=1 the check at the save's start names a directory that differs
+  // first: tests/io/entry_check_test.cpp.)
+  const std::string elsewhere = dir.path() + "/elsewhere";
+  if (!collective_check_enabled()) {
+    message = io_testing::io_error_of(
+        [&] { save_checkpoint(state_of(3, {8, 8}, "params/W"), odd_one ? elsewhere : dir.path()); });
+    EXPECT_EQ(message, prefix + "directory '" + elsewhere + "' here, directory '" + dir.path() + "'" + suffix);
+    EXPECT_TRUE(io_testing::same_on_every_rank(message));
+    EXPECT_FALSE(std::filesystem::exists(elsewhere));
+  }
   EXPECT_FALSE(latest_checkpoint(dir.path()).has_value());
 
   // The same for a restore's target (its step comes from the file).
   save_checkpoint(state_of(3, {8, 8}, "params/W"), dir.path());
   CheckpointState target = state_of(0, {8, 8}, odd_one ? "params/V" : "params/W");
   message = io_testing::io_error_of([&] { restore_checkpoint_into(dir.path(), target); });
-  EXPECT_EQ(message, "rank " + std::to_string(last) +
-                         ": restore_checkpoint: this rank's state differs from rank 0's: array 'params/V' f32[8, 8] P(None, None) on " +
-                         mesh.shape().to_string() + " here, array 'params/W' f32[8, 8] P(None, None) on " +
-                         mesh.shape().to_string() + " on rank 0; every rank passes the same arrays");
+  const std::string restore_prefix = "rank " + std::to_string(last) + ": restore_checkpoint: this rank's arguments differ from rank 0's: ";
+  const std::string restore_suffix = " on rank 0; every rank passes the same checkpoint path and arrays";
+  EXPECT_EQ(message, restore_prefix + "array 'params/V' f32[8, 8] P(None, None) on " + mesh.shape().to_string() +
+                         " here, array 'params/W' f32[8, 8] P(None, None) on " + mesh.shape().to_string() + restore_suffix);
   EXPECT_TRUE(io_testing::same_on_every_rank(message));
+  // And the checkpoint it names: a directory on some ranks, its file on others.
+  const std::string file = *latest_checkpoint(dir.path());
+  CheckpointState same = state_of(0, {8, 8}, "params/W");
+  if (!collective_check_enabled()) {
+    message = io_testing::io_error_of([&] { restore_checkpoint_into(odd_one ? file : dir.path(), same); });
+    EXPECT_EQ(message, restore_prefix + "checkpoint path '" + file + "' here, checkpoint path '" + dir.path() + "'" +
+                           restore_suffix);
+    EXPECT_TRUE(io_testing::same_on_every_rank(message));
+  }
 }
 
 // Keep-last-K with old checkpoints removed before the save returns and by rank 0's background
