@@ -3,6 +3,8 @@
 
 #include <chrono>
 #include <climits>
+#include <cstdlib>
+#include <iostream>
 #include <thread>
 
 #include "core/checked.h"
@@ -10,6 +12,23 @@
 #include "mesh/mpi_check.h"
 
 namespace tessera {
+
+void abort_with_error(const Communicator& comm, const std::string& context, const std::exception_ptr& thrown) {
+  std::string message = "an exception that is not a std::exception";
+  int code = 2;
+  try {
+    std::rethrow_exception(thrown);
+  } catch (const IntegrityError& e) {
+    message = e.what();
+    code = 3;
+  } catch (const std::exception& e) {
+    message = e.what();
+  } catch (...) {
+  }
+  std::cerr << "tessera: rank " << comm.rank() << ": " << context << message << std::endl;
+  MPI_Abort(comm.handle(), code);
+  std::abort();  // MPI_Abort does not return
+}
 
 std::string broadcast_string(const Communicator& comm, std::string value, int root) {
   // The length travels first, so every rank refuses an oversized string together.

@@ -38,6 +38,12 @@ inline constexpr double kFailedRankWaitSeconds = 3.0;
 // so that the ranks it waits for have the cores.
 bool wait_until_done(MPI_Request& request, double seconds = kFailedRankWaitSeconds);
 
+// Prints "tessera: rank R: <context><message of `thrown`>" on stderr and ends the job over `comm`
+// (MPI_Abort) with exit code 3 for an IntegrityError, 2 for any other: a rank whose own code threw
+// while the others may wait inside a collective it left, which nothing can take them out of.
+[[noreturn]] void abort_with_error(const Communicator& comm, const std::string& context,
+                                   const std::exception_ptr& thrown);
+
 // Collective: throws E(message) on every rank if any rank passed an error.
 template <class E>
 void agree_or_throw(const Communicator& comm, const std::optional<std::string>& local_error) {

@@ -16,6 +16,7 @@ struct Mesh::Impl {
   mutable std::map<Axes, std::unique_ptr<Communicator>> axes_comms;
   mutable std::unique_ptr<Communicator> control;
   mutable std::unique_ptr<Communicator> check;
+  mutable std::unique_ptr<Communicator> failure;
   mutable std::uint64_t collectives = 0;
 };
 
@@ -139,6 +140,12 @@ const Communicator& Mesh::check_comm() const {
   shape();  // throws for an empty mesh
   if (!impl_->check) impl_->check = std::make_unique<Communicator>(comm().dup());
   return *impl_->check;
+}
+
+const Communicator& Mesh::failure_comm() const {
+  shape();  // throws for an empty mesh
+  if (!impl_->failure) impl_->failure = std::make_unique<Communicator>(comm().dup());
+  return *impl_->failure;
 }
 
 std::uint64_t Mesh::count_collective() const {

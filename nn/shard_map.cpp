@@ -238,22 +238,12 @@ struct BodyOutcome {
 // of the body's collectives, which this rank left. Nothing can take them out of it, so the job
 // ends with this rank's message (exit code 2, 3 for an IntegrityError, as the programs' table).
 [[noreturn]] void abort_for_body_error(const Mesh& mesh, const std::exception_ptr& thrown) {
-  std::string message;
-  int code = 2;
-  try {
-    std::rethrow_exception(thrown);
-  } catch (const IntegrityError& e) {
-    message = e.what();
-    code = 3;
-  } catch (const Error& e) {
-    message = e.what();
-  }
-  std::cerr << "tessera: rank " << mesh.rank() << ": shard_map: the body threw on this rank and the other ranks did not "
-            << "reach the agreement on its results within " << kFailedRankWaitSeconds
-            << " s (they wait in one of the body's collectives, or still run it); ending the job: " << message
-            << std::endl;
-  MPI_Abort(mesh.comm().handle(), code);
-  std::abort();  // MPI_Abort does not return
+  abort_with_error(mesh.comm(),
+                   "shard_map: the body threw on this rank and the other ranks did not reach the agreement on its "
+                   "results within " +
+                       std::to_string(static_cast<int>(kFailedRankWaitSeconds)) +
+                       " s (they wait in one of the body's collectives, or still run it); ending the job: ",
+                   thrown);
 }
 
 void agree_on_results(const Mesh& mesh, const Mesh& local, const BodyOutcome& outcome, const Signature* sig) {

@@ -9,6 +9,7 @@
 #include "collectives/reshard.h"
 #include "core/error.h"
 #include "core/kernels.h"
+#include "mesh/agree.h"
 #include "nn/ops.h"
 
 namespace tessera::nn {
@@ -103,6 +104,32 @@ namespace {
 // resharded once and scaled, the same bits. With one
 // microbatch (nothing to sum or scale), a gradient an op can hand over in rows goes to
 // `apply_rows` instead (GradOptions::ready_rows).
+// The user's loss function, on every rank of `mesh` (null: one rank). An exception it throws on
+// every rank stands on each, as it was, and the caller may catch it and go on. One it throws on
+// some ranks only (a check of the rank's own batch) left the others waiting in the step's next
+// collective, which the throwing ranks never joined, as in JAX or DTensor: now a rank that threw
+// waits up to kFailedRankWaitSeconds (mesh/agree.h) for every rank to throw as well (a barrier on
+// the mesh's failure communicator, which only such ranks enter), and where they do not, ends the
+// job with its message (exit code 2, 3 for an IntegrityError), as shard_map's body does. A step
+// whose loss function returns pays nothing for it.
+Var call_loss_fn(const LossFn& loss_fn, const VarTree& vars, const Batch& mb, const Mesh* mesh) {
+  try {
+    return loss_fn(vars, mb);
+  } catch (...) {
+    if (mesh == nullptr) throw;
+    const std::exception_ptr thrown = std::current_exception();
+    MPI_Request request = MPI_REQUEST_NULL;
+    if (MPI_Ibarrier(mesh->failure_comm().handle(), &request) != MPI_SUCCESS || !wait_until_done(request)) {
+      abort_with_error(mesh->comm(),
+                       "train_step: the loss function threw on this rank and the other ranks did not throw within " +
+                           std::to_string(static_cast<int>(kFailedRankWaitSeconds)) +
+                           " s (they wait in one of the step's collectives, or still run it); ending the job: ",
+                       thrown);
+    }
+    throw;
+  }
+}
+
 LossAndGrads value_and_grad_lent(ParamTree& params, const LossFn& loss_fn, const Batch& batch,
                                  const StepOptions& options, const ApplyGradient& apply,
                                  const ApplyRows& apply_rows, const GradSpec& grad_spec) {
@@ -115,6 +142,13 @@ LossAndGrads value_and_grad_lent(ParamTree& params, const LossFn& loss_fn, const
   for (const auto& [path, v] : vars) {
     leaves.push_back(v);
     paths.push_back(&path);
+  }
+  // The mesh whose ranks run the loss function together (the first parameter's), and the
+  // communicator of its failures, made while every rank is here.
+  const Mesh* mesh = nullptr;
+  if (!leaves.empty() && leaves.front().mesh().valid() && leaves.front().mesh().size() > 1) {
+    mesh = &leaves.front().mesh();
+    (void)mesh->failure_comm();
   }
   std::vector<const Spec*> wanted_specs(leaves.size(), nullptr);
   if (grad_spec) {
@@ -147,7 +181,7 @@ LossAndGrads value_and_grad_lent(ParamTree& params, const LossFn& loss_fn, const
   std::optional<ShardedTensor> loss_sum;
   for (int i = 0; i < k; ++i) {
     Batch mb{microbatch(batch.x, i, k), batch.y ? std::optional(microbatch(*batch.y, i, k)) : std::nullopt};
-    Var loss = loss_fn(vars, mb);
+    Var loss = call_loss_fn(loss_fn, vars, mb, mesh);
     GradOptions grad_options{false, {}, {}, {}};
     if (apply && i == k - 1) {
       grad_options.ready = [&](std::size_t j, ShardedTensor g) {
