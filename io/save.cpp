@@ -24,8 +24,8 @@
 #include <system_error>
 #include <thread>
 
-#include "core/checked.h"
 #include "collectives/collective_check.h"
+#include "core/checked.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "io/checkpoint_dir.h"

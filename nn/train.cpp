@@ -96,14 +96,6 @@ LossAndGrads value_and_grad(const ParamTree& params, const LossFn& loss_fn, cons
 
 namespace {
 
-// With `apply` the gradients are not returned: each goes to `apply` during the last microbatch's
-// backward pass, when the tape reaches its parameter (GradOptions::ready), then those the
-// backward never reached (zeros), in the parameters' order, each in the spec `grad_spec` gives
-// (a reduce-scatter to its optimizer state's spec where a partial gradient would otherwise be
-// all-reduced). Either way each gradient is the sum of the microbatches' in their order,
-// resharded once and scaled, the same bits. With one
-// microbatch (nothing to sum or scale), a gradient an op can hand over in rows goes to
-// `apply_rows` instead (GradOptions::ready_rows).
 // The user's loss function, on every rank of `mesh` (null: one rank). An exception it throws on
 // every rank stands on each, as it was, and the caller may catch it and go on. One it throws on
 // some ranks only (a check of the rank's own batch) left the others waiting in the step's next
@@ -130,6 +122,14 @@ Var call_loss_fn(const LossFn& loss_fn, const VarTree& vars, const Batch& mb, co
   }
 }
 
+// With `apply` the gradients are not returned: each goes to `apply` during the last microbatch's
+// backward pass, when the tape reaches its parameter (GradOptions::ready), then those the
+// backward never reached (zeros), in the parameters' order, each in the spec `grad_spec` gives
+// (a reduce-scatter to its optimizer state's spec where a partial gradient would otherwise be
+// all-reduced). Either way each gradient is the sum of the microbatches' in their order,
+// resharded once and scaled, the same bits. With one
+// microbatch (nothing to sum or scale), a gradient an op can hand over in rows goes to
+// `apply_rows` instead (GradOptions::ready_rows).
 LossAndGrads value_and_grad_lent(ParamTree& params, const LossFn& loss_fn, const Batch& batch,
                                  const StepOptions& options, const ApplyGradient& apply,
                                  const ApplyRows& apply_rows, const GradSpec& grad_spec) {
