@@ -96,30 +96,41 @@ LossAndGrads value_and_grad(const ParamTree& params, const LossFn& loss_fn, cons
 
 namespace {
 
-// The user's loss function, on every rank of `mesh` (null: one rank). An exception it throws on
-// every rank stands on each, as it was, and the caller may catch it and go on. One it throws on
-// some ranks only (a check of the rank's own batch) left the others waiting in the step's next
-// collective, which the throwing ranks never joined, as in JAX or DTensor: now a rank that threw
-// waits up to kFailedRankWaitSeconds (mesh/agree.h) for every rank to throw as well (a barrier on
-// the mesh's failure communicator, which only such ranks enter), and where they do not, ends the
-// job with its message (exit code 2, 3 for an IntegrityError), as shard_map's body does. A step
-// whose loss function returns pays nothing for it.
-Var call_loss_fn(const LossFn& loss_fn, const VarTree& vars, const Batch& mb, const Mesh* mesh) {
+// The user's function `f` (a step's loss function, infer_step's apply function), on every rank of
+// `mesh` (null: one rank). An exception it throws on every rank stands on each, as it was, and the
+// caller may catch it and go on. One it throws on some ranks only (a check of the rank's own
+// batch) left the others waiting in the step's next collective, which the throwing ranks never
+// joined, as in JAX or DTensor: now a rank that threw waits up to kFailedRankWaitSeconds
+// (mesh/agree.h) for every rank to throw as well (a barrier on the mesh's failure communicator,
+// which only such ranks enter), and where they do not, ends the job with its message (exit code 2,
+// 3 for an IntegrityError), as shard_map's body does. A call whose function returns pays nothing.
+template <class F>
+auto call_user_fn(const char* what, const Mesh* mesh, F&& f) {
   try {
-    return loss_fn(vars, mb);
+    return f();
   } catch (...) {
     if (mesh == nullptr) throw;
     const std::exception_ptr thrown = std::current_exception();
     MPI_Request request = MPI_REQUEST_NULL;
     if (MPI_Ibarrier(mesh->failure_comm().handle(), &request) != MPI_SUCCESS || !wait_until_done(request)) {
       abort_with_error(mesh->comm(),
-                       "train_step: the loss function threw on this rank and the other ranks did not throw within " +
+                       std::string(what) + " threw on this rank and the other ranks did not throw within " +
                            std::to_string(static_cast<int>(kFailedRankWaitSeconds)) +
                            " s (they wait in one of the step's collectives, or still run it); ending the job: ",
                        thrown);
     }
     throw;
   }
+}
+
+// The mesh whose ranks run a step's user function together (the first parameter's), with its
+// failure communicator made while every rank is here; null on one rank.
+const Mesh* failure_mesh(const VarTree& vars) {
+  if (vars.empty()) return nullptr;
+  const Mesh& mesh = vars.begin()->second.mesh();
+  if (!mesh.valid() || mesh.size() == 1) return nullptr;
+  (void)mesh.failure_comm();
+  return &mesh;
 }
 
 // With `apply` the gradients are not returned: each goes to `apply` during the last microbatch's
@@ -143,13 +154,7 @@ LossAndGrads value_and_grad_lent(ParamTree& params, const LossFn& loss_fn, const
     leaves.push_back(v);
     paths.push_back(&path);
   }
-  // The mesh whose ranks run the loss function together (the first parameter's), and the
-  // communicator of its failures, made while every rank is here.
-  const Mesh* mesh = nullptr;
-  if (!leaves.empty() && leaves.front().mesh().valid() && leaves.front().mesh().size() > 1) {
-    mesh = &leaves.front().mesh();
-    (void)mesh->failure_comm();
-  }
+  const Mesh* mesh = failure_mesh(vars);
   std::vector<const Spec*> wanted_specs(leaves.size(), nullptr);
   if (grad_spec) {
     for (std::size_t j = 0; j < leaves.size(); ++j) wanted_specs[j] = grad_spec(*paths[j]);
@@ -181,7 +186,7 @@ LossAndGrads value_and_grad_lent(ParamTree& params, const LossFn& loss_fn, const
   std::optional<ShardedTensor> loss_sum;
   for (int i = 0; i < k; ++i) {
     Batch mb{microbatch(batch.x, i, k), batch.y ? std::optional(microbatch(*batch.y, i, k)) : std::nullopt};
-    Var loss = call_loss_fn(loss_fn, vars, mb, mesh);
+    Var loss = call_user_fn("train_step: the loss function", mesh, [&] { return loss_fn(vars, mb); });
     GradOptions grad_options{false, {}, {}, {}};
     if (apply && i == k - 1) {
       grad_options.ready = [&](std::size_t j, ShardedTensor g) {
@@ -216,7 +221,8 @@ LossAndGrads value_and_grad_lent(ParamTree& params, const LossFn& loss_fn, const
 
 ShardedTensor infer_step(ParamTree& params, const ApplyFn& apply, const ShardedTensor& x) {
   LentParams lent(params, false);
-  return apply(lent.vars(), Var(x)).value();
+  const Mesh* mesh = failure_mesh(lent.vars());
+  return call_user_fn("infer_step: the apply function", mesh, [&] { return apply(lent.vars(), Var(x)); }).value();
 }
 
 double train_step(TrainState& state, const Optimizer& optimizer, const LossFn& loss_fn, const Batch& batch,

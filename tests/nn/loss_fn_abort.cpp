@@ -1,5 +1,6 @@
-// loss_fn_abort some|every: train_step with a loss function that throws on the last rank only
-// (some), or on every rank (every).
+// loss_fn_abort some|every|infer: train_step with a loss function that throws on the last rank
+// only (some), or on every rank (every); infer_step with an apply function that throws on the last
+// rank only (infer), while the others go on to a barrier.
 // - some: the other ranks go on into the step's collective on the loss, which the last rank never
 //   joins, so they can never leave it: the job must end within seconds with the error and exit
 //   code 2 (tests/nn/CMakeLists.txt checks both through tests/apps/expect_error.sh).
@@ -38,6 +39,16 @@ int main(int argc, char** argv) {
     return sum(p.at("w"));
   };
   const Batch batch{ShardedTensor::zeros(mesh, parse_spec("P()"), {1}, DType::f32, "x")};
+  if (mode == "infer") {
+    const ApplyFn apply = [&](const VarTree& p, const Var&) {
+      if (mesh.rank() == size - 1) throw ShapeError("the apply function's check failed on rank " + std::to_string(mesh.rank()));
+      return p.at("w");
+    };
+    (void)infer_step(state.params, apply, batch.x);
+    MPI_Barrier(MPI_COMM_WORLD);  // never left: the last rank threw, and ends the job
+    std::cerr << "loss_fn_abort: rank " << mesh.rank() << ": the apply function's error was lost" << std::endl;
+    return 1;
+  }
   try {
     train_step(state, opt, loss_fn, batch);
   } catch (const ShapeError& e) {
