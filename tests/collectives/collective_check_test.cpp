@@ -15,35 +15,16 @@
 #include "collectives/reshard.h"
 #include "core/error.h"
 #include "mesh/sharded_tensor.h"
+#include "tests/collective_check_support.h"
 #include "tests/test_meshes.h"
 
 namespace tessera {
 namespace {
 
+using testing_support::check_error;
+using testing_support::CheckOn;
 using testing_support::world_rank;
 using testing_support::world_size;
-
-// The check on for one test, off after it.
-struct CheckOn {
-  CheckOn() { set_collective_check(true); }
-  ~CheckOn() {
-    set_collective_check(false);
-    set_collective_check_warn_seconds(60.0);
-  }
-};
-
-// The Error every rank threw, the same on every rank.
-template <class F>
-std::string check_error(F&& f) {
-  std::string message;
-  try {
-    f();
-    ADD_FAILURE() << "no error on rank " << world_rank();
-  } catch (const Error& e) {
-    message = e.what();
-  }
-  return message;
-}
 
 TEST(CollectiveCheck, ReshardsToDifferentTargetsAreNamedOnEveryRank) {
   if (world_size() == 1) GTEST_SKIP() << "one rank cannot differ from another";

@@ -14,30 +14,16 @@
 #include "io/checkpoint.h"
 #include "mesh/sharded_tensor.h"
 #include "nn/shard_map.h"
+#include "tests/collective_check_support.h"
 #include "tests/test_meshes.h"
 
 namespace tessera {
 namespace {
 
+using testing_support::check_error;
+using testing_support::CheckOn;
 using testing_support::world_rank;
 using testing_support::world_size;
-
-struct CheckOn {
-  CheckOn() { set_collective_check(true); }
-  ~CheckOn() { set_collective_check(false); }
-};
-
-// The Error this rank threw.
-template <class F>
-std::string check_error(F&& f) {
-  try {
-    f();
-    ADD_FAILURE() << "no error on rank " << world_rank();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // A fresh directory under the build's io tmp/, the same name on every rank.
 std::string fresh_dir(const std::string& name) {
