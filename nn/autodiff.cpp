@@ -8,8 +8,9 @@
 #include "collectives/reshard.h"
 #include "core/error.h"
 #include "core/kernels.h"
-#include "nn/var.h"
+#include "nn/fail_together.h"
 #include "nn/propagation.h"
+#include "nn/var.h"
 
 namespace tessera::nn {
 
@@ -192,21 +193,10 @@ ShardedTensor returned_cotangent(const Node& node, ShardedTensor g, const std::u
   return g;
 }
 
-}  // namespace
-
-std::vector<std::optional<ShardedTensor>> gradients(const Var& y, const ShardedTensor& seed, const std::vector<Var>& wrt,
-                                                    const GradOptions& options) {
-  if (seed.global_shape() != y.shape()) {
-    throw ShapeError("gradients: seed of shape " + shape_to_string(seed.global_shape()) + " for an output of shape " +
-                     shape_to_string(y.shape()));
-  }
-  if (y.defined()) check_same_mesh(y.value(), seed, "gradients");
-  if (seed.dtype() != y.dtype()) {
-    throw DTypeError("gradients: seed of dtype " + std::string(dtype_name(seed.dtype())) + " for an output of dtype " +
-                     std::string(dtype_name(y.dtype())));
-  }
+// gradients() past its checks.
+std::vector<std::optional<ShardedTensor>> backward_pass(const Var& y, const ShardedTensor& seed,
+                                                        const std::vector<Var>& wrt, const GradOptions& options) {
   std::vector<std::optional<ShardedTensor>> out(wrt.size());
-  if (!y.requires_grad()) return out;
   // Topological order by iterative depth-first search (tapes of deep models overflow recursion).
   std::vector<Node*> order;
   std::unordered_set<Node*> visited;
@@ -285,6 +275,28 @@ std::vector<std::optional<ShardedTensor>> gradients(const Var& y, const ShardedT
                                 keep_raw);
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<std::optional<ShardedTensor>> gradients(const Var& y, const ShardedTensor& seed, const std::vector<Var>& wrt,
+                                                    const GradOptions& options) {
+  if (seed.global_shape() != y.shape()) {
+    throw ShapeError("gradients: seed of shape " + shape_to_string(seed.global_shape()) + " for an output of shape " +
+                     shape_to_string(y.shape()));
+  }
+  if (y.defined()) check_same_mesh(y.value(), seed, "gradients");
+  if (seed.dtype() != y.dtype()) {
+    throw DTypeError("gradients: seed of dtype " + std::string(dtype_name(seed.dtype())) + " for an output of dtype " +
+                     std::string(dtype_name(y.dtype())));
+  }
+  if (!y.requires_grad()) return std::vector<std::optional<ShardedTensor>>(wrt.size());
+  // An op's backward is code of its own (a user's op made with make_result, or the library's): one
+  // that throws on some ranks only ends the job with its message instead of leaving the other
+  // ranks in a collective (nn/fail_together.h); one that throws on every rank stands on each.
+  return detail::fail_together("gradients: the backward pass",
+                               "they wait in a collective of the backward pass or one after it, or still run it",
+                               detail::failure_mesh(y.mesh()), [&] { return backward_pass(y, seed, wrt, options); });
 }
 
 std::vector<std::optional<ShardedTensor>> gradients(const Var& y, const std::vector<Var>& wrt,

@@ -9,7 +9,7 @@
 #include "collectives/reshard.h"
 #include "core/error.h"
 #include "core/kernels.h"
-#include "mesh/agree.h"
+#include "nn/fail_together.h"
 #include "nn/ops.h"
 
 namespace tessera::nn {
@@ -82,7 +82,9 @@ using ApplyRows = std::function<void(const std::string& path, ShardedTensor& par
 // parameter's own.
 using GradSpec = std::function<const Spec*(const std::string& path)>;
 
-LossAndGrads value_and_grad_lent(ParamTree& params, const LossFn& loss_fn, const Batch& batch,
+// `caller` names the entry point (train_step, value_and_grad) in the message of a loss function
+// that threw on some ranks only (detail::fail_together, nn/fail_together.h).
+LossAndGrads value_and_grad_lent(const char* caller, ParamTree& params, const LossFn& loss_fn, const Batch& batch,
                                  const StepOptions& options, const ApplyGradient& apply = {},
                                  const ApplyRows& apply_rows = {}, const GradSpec& grad_spec = {});
 
@@ -91,46 +93,18 @@ LossAndGrads value_and_grad_lent(ParamTree& params, const LossFn& loss_fn, const
 LossAndGrads value_and_grad(const ParamTree& params, const LossFn& loss_fn, const Batch& batch,
                             const StepOptions& options) {
   ParamTree copy = params;
-  return value_and_grad_lent(copy, loss_fn, batch, options);
+  return value_and_grad_lent("value_and_grad", copy, loss_fn, batch, options);
 }
 
 namespace {
 
-// The user's function `f` (a step's loss function, infer_step's apply function), on every rank of
-// `mesh` (null: one rank). An exception it throws on every rank stands on each, as it was, and the
-// caller may catch it and go on. One it throws on some ranks only (a check of the rank's own
-// batch) left the others waiting in the step's next collective, which the throwing ranks never
-// joined, as in JAX or DTensor: now a rank that threw waits up to kFailedRankWaitSeconds
-// (mesh/agree.h) for every rank to throw as well (a barrier on the mesh's failure communicator,
-// which only such ranks enter), and where they do not, ends the job with its message (exit code 2,
-// 3 for an IntegrityError), as shard_map's body does. A call whose function returns pays nothing.
-template <class F>
-auto call_user_fn(const char* what, const Mesh* mesh, F&& f) {
-  try {
-    return f();
-  } catch (...) {
-    if (mesh == nullptr) throw;
-    const std::exception_ptr thrown = std::current_exception();
-    MPI_Request request = MPI_REQUEST_NULL;
-    if (MPI_Ibarrier(mesh->failure_comm().handle(), &request) != MPI_SUCCESS || !wait_until_done(request)) {
-      abort_with_error(mesh->comm(),
-                       std::string(what) + " threw on this rank and the other ranks did not throw within " +
-                           std::to_string(static_cast<int>(kFailedRankWaitSeconds)) +
-                           " s (they wait in one of the step's collectives, or still run it); ending the job: ",
-                       thrown);
-    }
-    throw;
-  }
-}
+// Where the other ranks are when a step's user function threw on some ranks only.
+constexpr const char* kOthersInTheStep = "they wait in one of the step's collectives, or still run it";
 
 // The mesh whose ranks run a step's user function together (the first parameter's), with its
 // failure communicator made while every rank is here; null on one rank.
 const Mesh* failure_mesh(const VarTree& vars) {
-  if (vars.empty()) return nullptr;
-  const Mesh& mesh = vars.begin()->second.mesh();
-  if (!mesh.valid() || mesh.size() == 1) return nullptr;
-  (void)mesh.failure_comm();
-  return &mesh;
+  return vars.empty() ? nullptr : detail::failure_mesh(vars.begin()->second.mesh());
 }
 
 // With `apply` the gradients are not returned: each goes to `apply` during the last microbatch's
@@ -141,7 +115,7 @@ const Mesh* failure_mesh(const VarTree& vars) {
 // resharded once and scaled, the same bits. With one
 // microbatch (nothing to sum or scale), a gradient an op can hand over in rows goes to
 // `apply_rows` instead (GradOptions::ready_rows).
-LossAndGrads value_and_grad_lent(ParamTree& params, const LossFn& loss_fn, const Batch& batch,
+LossAndGrads value_and_grad_lent(const char* caller, ParamTree& params, const LossFn& loss_fn, const Batch& batch,
                                  const StepOptions& options, const ApplyGradient& apply,
                                  const ApplyRows& apply_rows, const GradSpec& grad_spec) {
   const int k = options.microbatches;
@@ -184,9 +158,10 @@ LossAndGrads value_and_grad_lent(ParamTree& params, const LossFn& loss_fn, const
   };
   std::vector<bool> applied(leaves.size(), false);
   std::optional<ShardedTensor> loss_sum;
+  const std::string what = std::string(caller) + ": the loss function";
   for (int i = 0; i < k; ++i) {
     Batch mb{microbatch(batch.x, i, k), batch.y ? std::optional(microbatch(*batch.y, i, k)) : std::nullopt};
-    Var loss = call_user_fn("train_step: the loss function", mesh, [&] { return loss_fn(vars, mb); });
+    Var loss = detail::fail_together(what.c_str(), kOthersInTheStep, mesh, [&] { return loss_fn(vars, mb); });
     GradOptions grad_options{false, {}, {}, {}};
     if (apply && i == k - 1) {
       grad_options.ready = [&](std::size_t j, ShardedTensor g) {
@@ -222,7 +197,9 @@ LossAndGrads value_and_grad_lent(ParamTree& params, const LossFn& loss_fn, const
 ShardedTensor infer_step(ParamTree& params, const ApplyFn& apply, const ShardedTensor& x) {
   LentParams lent(params, false);
   const Mesh* mesh = failure_mesh(lent.vars());
-  return call_user_fn("infer_step: the apply function", mesh, [&] { return apply(lent.vars(), Var(x)); }).value();
+  return detail::fail_together("infer_step: the apply function", kOthersInTheStep, mesh,
+                               [&] { return apply(lent.vars(), Var(x)); })
+      .value();
 }
 
 double train_step(TrainState& state, const Optimizer& optimizer, const LossFn& loss_fn, const Batch& batch,
@@ -264,7 +241,7 @@ double train_step(TrainState& state, const Optimizer& optimizer, const LossFn& l
     const auto found = state.opt_state.mu.find(path);
     return found == state.opt_state.mu.end() ? nullptr : &found->second.spec();
   };
-  const double loss = value_and_grad_lent(state.params, loss_fn, batch, options, apply,
+  const double loss = value_and_grad_lent("train_step", state.params, loss_fn, batch, options, apply,
                                           options.update_in_rows ? apply_rows : ApplyRows{}, grad_spec)
                           .loss;
   if (!begun) optimizer.begin_step(state.opt_state);  // a model without parameters

@@ -1,11 +1,14 @@
-// loss_fn_abort some|every|infer: train_step with a loss function that throws on the last rank
-// only (some), or on every rank (every); infer_step with an apply function that throws on the last
-// rank only (infer), while the others go on to a barrier.
+// loss_fn_abort some|every|infer|grad|backward|backward_every: train_step with a loss function that
+// throws on the last rank only (some), or on every rank (every); infer_step with an apply function
+// that throws on the last rank only (infer), while the others go on to a barrier; value_and_grad
+// with a loss function that throws on the last rank only (grad), while the others wait in its
+// all-reduce of the loss; train_step with an op of the user's (make_result) whose backward throws
+// on the last rank only (backward) or on every rank (backward_every).
 // - some: the other ranks go on into the step's collective on the loss, which the last rank never
 //   joins, so they can never leave it: the job must end within seconds with the error and exit
 //   code 2 (tests/nn/CMakeLists.txt checks both through tests/apps/expect_error.sh).
-// - every: each rank catches its own error, the next step runs on every rank, and rank 0 prints
-//   the error and that step's loss; every rank exits 2.
+// - every, backward_every: each rank catches its own error, the next step runs on every rank, and
+//   rank 0 prints the error and that step's loss; every rank exits 2.
 #include <mpi.h>
 
 #include <iostream>
@@ -32,10 +35,19 @@ int main(int argc, char** argv) {
   const Optimizer opt = adam(0.1);
   TrainState state = create_train_state(params, opt);
   bool fail = true;
+  const bool in_backward = mode == "backward" || mode == "backward_every";
+  const bool on_every_rank = mode == "every" || mode == "backward_every";
+  const auto fails_here = [&] { return fail && (on_every_rank || mesh.rank() == size - 1); };
+  // The identity, as an op of the user's whose backward checks something of its rank's.
+  const auto fragile = [&](const Var& w) {
+    return make_result("fragile", w.value(), {w}, [&](ShardedTensor& g, GradSink& sink) {
+      if (fails_here()) throw ShapeError("the op's backward failed on rank " + std::to_string(mesh.rank()));
+      sink.add(0, std::move(g));
+    });
+  };
   const LossFn loss_fn = [&](const VarTree& p, const Batch&) {
-    if (fail && (mode == "every" || mesh.rank() == size - 1)) {
-      throw ShapeError("the loss function's check failed on rank " + std::to_string(mesh.rank()));
-    }
+    if (in_backward) return sum(fragile(p.at("w")));
+    if (fails_here()) throw ShapeError("the loss function's check failed on rank " + std::to_string(mesh.rank()));
     return sum(p.at("w"));
   };
   const Batch batch{ShardedTensor::zeros(mesh, parse_spec("P()"), {1}, DType::f32, "x")};
@@ -47,6 +59,11 @@ int main(int argc, char** argv) {
     (void)infer_step(state.params, apply, batch.x);
     MPI_Barrier(MPI_COMM_WORLD);  // never left: the last rank threw, and ends the job
     std::cerr << "loss_fn_abort: rank " << mesh.rank() << ": the apply function's error was lost" << std::endl;
+    return 1;
+  }
+  if (mode == "grad") {
+    (void)value_and_grad(state.params, loss_fn, batch);
+    std::cerr << "loss_fn_abort: rank " << mesh.rank() << ": the loss function's error was lost" << std::endl;
     return 1;
   }
   try {
