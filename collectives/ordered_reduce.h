@@ -44,7 +44,8 @@ void all_reduce_ordered(const void* send, void* recv, std::int64_t count, DType 
 
 // send is [n][count] elements of `dtype` (block k for rank k); recv[i] = the sum over ranks r, in
 // rank order, of send_r[me][i] (bf16: in f32, rounded once). count <= INT_MAX (the caller
-// checks). Every dtype. Through MPI: reduce_scatter tries the node channel first
+// checks). Every dtype. Through MPI, in rounds of one piece of at most 4 MiB of every block, so
+// its scratch is n pieces whatever the count: reduce_scatter tries the node channel first
 // (node_reduce_scatter_blocks, which packs an inner dimension straight into its slot).
 void reduce_scatter_ordered(const void* send, void* recv, int count, DType dtype, const Communicator& comm);
 // Uneven pieces: send is piece k (counts[k] elements) for rank k, consecutively; recv gets

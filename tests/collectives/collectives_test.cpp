@@ -202,9 +202,11 @@ TEST(Collectives, AllReduceSumAndMaxGiveTheSameBitsEverywhere) {
 // not divide. i32 sums wrap as two's complement; bf16 sums in f32 and rounds once.
 TEST(Collectives, LargeAllReducesAndReduceScattersAreRankOrderFolds) {
   // f32 also from the all-reduce's 16 MiB threshold on, across its 4 MiB segments (the segments
-  // and the threshold are dtype-blind byte counts).
+  // and the threshold are dtype-blind byte counts). The largest count is a multiple of 8, so that
+  // reduce_scatter's even path through MPI moves blocks of several 4 MiB pieces and a shorter last
+  // one (2 and 4 ranks; one piece of 2 MiB on 8).
   const std::int64_t ordered_f32 = static_cast<std::int64_t>(detail::kOrderedAllReduceBytes / 4);
-  const std::vector<std::int64_t> sizes = {16383, 16384, 100003, ordered_f32 - 1, ordered_f32 + 4099};
+  const std::vector<std::int64_t> sizes = {16383, 16384, 100003, ordered_f32 - 1, ordered_f32 + 8 * 4099};
   // The mesh of the rank count with the most axes: all of them, then its last axis alone.
   const std::vector<MeshShape> meshes = meshes_of_size(world_size());
   const MeshShape& shape = *std::max_element(meshes.begin(), meshes.end(),
