@@ -149,14 +149,14 @@ void reduce_scatter_ordered(const void* send, void* recv, int count, DType dtype
   const int me = comm.rank();
   const std::int64_t item = static_cast<std::int64_t>(dtype_size(dtype));
   const MPI_Datatype type = mpi_datatype(dtype);
-  // Each round moves a segment of every block: piece k of the round (at most kPieceBytes) to rank
+  // Each round moves a piece of every block: piece k of the round (at most kPieceBytes) to rank
   // k, point to point, so that every offset is computed in 64 bits and the scratch holds n
   // pieces, not n blocks (a block of 2.24 GB on 2 ranks took 4.5 GB of scratch a rank).
-  const std::int64_t segment = std::max<std::int64_t>(1, kPieceBytes / item);
-  Tensor pieces = scratch_buffer(static_cast<std::int64_t>(n) * std::min<std::int64_t>(segment, count) * item);
+  const std::int64_t piece = std::max<std::int64_t>(1, kPieceBytes / item);
+  Tensor pieces = scratch_buffer(static_cast<std::int64_t>(n) * std::min<std::int64_t>(piece, count) * item);
   std::vector<MPI_Request> requests(2 * static_cast<std::size_t>(n));
-  for (std::int64_t begin = 0; begin < count; begin += segment) {
-    const std::int64_t length = std::min<std::int64_t>(segment, count - begin);
+  for (std::int64_t begin = 0; begin < count; begin += piece) {
+    const std::int64_t length = std::min<std::int64_t>(piece, count - begin);
     auto* into = static_cast<std::byte*>(pieces.raw());
     for (int k = 0; k < n; ++k) {
       check_mpi(MPI_Irecv(into + k * length * item, static_cast<int>(length), type, k, kReduceScatterTag,
