@@ -86,7 +86,7 @@ namespace {
 constexpr std::int64_t kSegmentBytes = std::int64_t{4} << 20;
 
 // A reduce-scatter through MPI moves each block in pieces of at most this many bytes, one piece
-// of every block a round (reduce_scatter_ordered).
+// of every block a round (reduce_scatter_in_pieces).
 constexpr std::int64_t kPieceBytes = std::int64_t{4} << 20;
 // Its point-to-point messages' tag on the axes' communicator, which carries no other
 // point-to-point message with this tag.
@@ -144,44 +144,67 @@ void all_reduce_ordered(const void* send, void* recv, std::int64_t count, DType 
   }
 }
 
-void reduce_scatter_ordered(const void* send, void* recv, int count, DType dtype, const Communicator& comm) {
+namespace {
+
+// Block k of `send` (counts[k] elements, the blocks consecutive) goes to rank k, which sums the n
+// blocks it receives, in rank order, into recv (counts[me] elements). Each round moves a piece of
+// every block: elements [begin, begin + kPieceBytes) of each, point to point, so that every offset
+// is computed in 64 bits and the scratch holds n pieces, not n blocks (one MPI_Alltoall of 2.24 GB
+// blocks on 2 ranks took 4.5 GB of scratch a rank). Rounds run until the longest block is done
+// (the counts are alike on every rank); a block already done sends and receives nothing.
+void reduce_scatter_in_pieces(const void* send, const std::vector<std::int64_t>& counts, void* recv, DType dtype,
+                              const Communicator& comm) {
   const int n = comm.size();
   const int me = comm.rank();
   const std::int64_t item = static_cast<std::int64_t>(dtype_size(dtype));
   const MPI_Datatype type = mpi_datatype(dtype);
-  // Each round moves a piece of every block: piece k of the round (at most kPieceBytes) to rank
-  // k, point to point, so that every offset is computed in 64 bits and the scratch holds n
-  // pieces, not n blocks (a block of 2.24 GB on 2 ranks took 4.5 GB of scratch a rank).
   const std::int64_t piece = std::max<std::int64_t>(1, kPieceBytes / item);
-  Tensor pieces = scratch_buffer(static_cast<std::int64_t>(n) * std::min<std::int64_t>(piece, count) * item);
-  std::vector<MPI_Request> requests(2 * static_cast<std::size_t>(n));
-  for (std::int64_t begin = 0; begin < count; begin += piece) {
-    const std::int64_t length = std::min<std::int64_t>(piece, count - begin);
-    auto* into = static_cast<std::byte*>(pieces.raw());
-    for (int k = 0; k < n; ++k) {
-      check_mpi(MPI_Irecv(into + k * length * item, static_cast<int>(length), type, k, kReduceScatterTag,
-                          comm.handle(), &requests[static_cast<std::size_t>(k)]),
-                "MPI_Irecv (reduce_scatter)");
+  std::vector<std::int64_t> starts(n);  // where block k begins in send
+  for (int k = 1; k < n; ++k) starts[k] = starts[k - 1] + counts[k - 1];
+  const std::int64_t longest = *std::max_element(counts.begin(), counts.end());
+  const std::int64_t mine = counts[me];
+  Tensor pieces = scratch_buffer(static_cast<std::int64_t>(n) * std::min(piece, mine) * item);
+  auto* into = static_cast<std::byte*>(pieces.raw());
+  std::vector<MPI_Request> requests;
+  requests.reserve(2 * static_cast<std::size_t>(n));
+  for (std::int64_t begin = 0; begin < longest; begin += piece) {
+    const auto length_of = [&](int k) { return std::clamp<std::int64_t>(counts[k] - begin, 0, piece); };
+    const std::int64_t length = length_of(me);
+    requests.clear();
+    if (length > 0) {
+      for (int k = 0; k < n; ++k) {
+        check_mpi(MPI_Irecv(into + k * length * item, static_cast<int>(length), type, k, kReduceScatterTag,
+                            comm.handle(), &requests.emplace_back()),
+                  "MPI_Irecv (reduce_scatter)");
+      }
     }
     for (int j = 0; j < n; ++j) {
       const int k = (me + j) % n;  // each rank starts with its own piece, then the next rank's
-      const auto* from = static_cast<const std::byte*>(send) + (static_cast<std::int64_t>(k) * count + begin) * item;
-      check_mpi(MPI_Isend(from, static_cast<int>(length), type, k, kReduceScatterTag, comm.handle(),
-                          &requests[static_cast<std::size_t>(n + k)]),
+      if (length_of(k) == 0) continue;
+      const auto* from = static_cast<const std::byte*>(send) + (starts[k] + begin) * item;
+      check_mpi(MPI_Isend(from, static_cast<int>(length_of(k)), type, k, kReduceScatterTag, comm.handle(),
+                          &requests.emplace_back()),
                 "MPI_Isend (reduce_scatter)");
     }
-    check_mpi(MPI_Waitall(2 * n, requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall (reduce_scatter)");
-    combine_pieces(into, length, static_cast<std::byte*>(recv) + begin * item, length, n, dtype, ReduceOp::sum);
+    check_mpi(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
+              "MPI_Waitall (reduce_scatter)");
+    if (length > 0) {
+      combine_pieces(into, length, static_cast<std::byte*>(recv) + begin * item, length, n, dtype, ReduceOp::sum);
+    }
   }
+}
+
+}  // namespace
+
+void reduce_scatter_ordered(const void* send, void* recv, int count, DType dtype, const Communicator& comm) {
+  reduce_scatter_in_pieces(send, std::vector<std::int64_t>(static_cast<std::size_t>(comm.size()), count), recv, dtype,
+                           comm);
 }
 
 void reduce_scatter_ordered_v(const void* send, void* recv, const std::vector<int>& counts, DType dtype,
                               const Communicator& comm) {
   if (node_reduce_scatter(send, recv, counts, dtype, comm)) return;
-  const std::int64_t received = static_cast<std::int64_t>(comm.size()) * counts[comm.rank()];
-  checked_count(received, "reduce_scatter");
-  Tensor pieces = scratch_buffer(received * static_cast<std::int64_t>(dtype_size(dtype)));
-  alltoall_combine(send, counts, recv, dtype, ReduceOp::sum, comm, pieces.raw(), "reduce_scatter");
+  reduce_scatter_in_pieces(send, std::vector<std::int64_t>(counts.begin(), counts.end()), recv, dtype, comm);
 }
 
 }  // namespace tessera::detail

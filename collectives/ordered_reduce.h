@@ -48,8 +48,9 @@ void all_reduce_ordered(const void* send, void* recv, std::int64_t count, DType 
 // its scratch is n pieces whatever the count: reduce_scatter tries the node channel first
 // (node_reduce_scatter_blocks, which packs an inner dimension straight into its slot).
 void reduce_scatter_ordered(const void* send, void* recv, int count, DType dtype, const Communicator& comm);
-// Uneven pieces: send is piece k (counts[k] elements) for rank k, consecutively; recv gets
-// counts[me] elements.
+// Uneven blocks: send is block k (counts[k] elements) for rank k, consecutively; recv gets
+// counts[me] elements. The node channel first (node_reduce_scatter), else through MPI in pieces
+// as above.
 void reduce_scatter_ordered_v(const void* send, void* recv, const std::vector<int>& counts, DType dtype,
                               const Communicator& comm);
 
