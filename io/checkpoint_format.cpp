@@ -327,7 +327,8 @@ std::vector<std::int64_t> read_int64_array_attribute(hid_t object, const char* n
   return values;
 }
 
-std::pair<std::string, std::int64_t> read_format_and_version(hid_t file, const std::string& context) {
+std::pair<std::string, std::int64_t> read_format_and_version(hid_t file, const std::string& context,
+                                                             ObjectTypes* objects) {
   if (!has_attribute(file, attr_format, context)) {
     throw IoError(context + ": not a tessera checkpoint (no '" + attr_format + "' attribute)");
   }
@@ -337,7 +338,8 @@ std::pair<std::string, std::int64_t> read_format_and_version(hid_t file, const s
   }
   const std::int64_t version = read_int64_attribute(file, attr_version, context);
   check_format_version(version, context);
-  reject_links(file, context);
+  ObjectTypes found = reject_links(file, context);
+  if (objects != nullptr) *objects = std::move(found);
   return {std::move(name), version};
 }
 
@@ -536,10 +538,11 @@ herr_t collect_link(hid_t, const char* name, const H5L_info_t* info, void* data)
 
 }  // namespace
 
-void reject_links(hid_t file, std::string_view context) {
+ObjectTypes reject_links(hid_t file, std::string_view context) {
   // The groups are walked here, one H5Literate per group, each group entered once (by its object
   // address), not by HDF5's recursive H5Lvisit: a corrupt file whose links lead back to a group
   // sent that into endless recursion (the input tests/fuzz/corpus/checkpoint/cyclic-groups).
+  ObjectTypes objects;
   std::set<haddr_t> seen;
   H5O_info_t root;
   check_h5(H5Oget_info2(file, &root, H5O_INFO_BASIC), "H5Oget_info", context);
@@ -563,6 +566,7 @@ void reject_links(hid_t file, std::string_view context) {
       H5O_info_t info;
       check_h5(H5Oget_info_by_name2(file, path.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT), "H5Oget_info_by_name",
                context);
+      objects.emplace(path, info.type);
       if (info.type != H5O_TYPE_GROUP) continue;
       if (!seen.insert(info.addr).second) {
         throw IoError(std::string(context) + ": '" + path +
@@ -571,6 +575,7 @@ void reject_links(hid_t file, std::string_view context) {
       groups.push_back(path + "/");
     }
   }
+  return objects;
 }
 
 }  // namespace tessera::checkpoint_format

@@ -17,6 +17,7 @@
 #include <hdf5.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -47,12 +48,17 @@ inline constexpr const char* attr_logical_names = "logical_names";
 inline constexpr const char* attr_dtype = "dtype";
 inline constexpr const char* attr_chunk_digest = "chunk_fletcher32";
 
+// Every object of a file by its absolute path ("/params/W1"), the root left out, and its type.
+using ObjectTypes = std::map<std::string, H5O_type_t>;
+
 // Throws IoError "<context>: unknown format version V (this build reads versions 1 to 2)"
 // unless this build reads `version`.
 void check_format_version(std::int64_t version, std::string_view context);
 // The root's identity: IoError unless `file` carries the format attribute with format_name and a
-// version this build reads (check_format_version), and no links. Returns {format, version}.
-std::pair<std::string, std::int64_t> read_format_and_version(hid_t file, const std::string& context);
+// version this build reads (check_format_version), and no links. Returns {format, version}, and
+// into `objects`, where given, the objects reject_links found.
+std::pair<std::string, std::int64_t> read_format_and_version(hid_t file, const std::string& context,
+                                                             ObjectTypes* objects = nullptr);
 
 // A dataset's chunk digest (attribute chunk_fletcher32), checked to hold `chunks` values, each a
 // 32-bit checksum. Throws IoError naming the attribute when it is missing or malformed.
@@ -127,7 +133,8 @@ void validate_mesh_axes(const std::vector<std::string>& names, const std::vector
 std::vector<hsize_t> validated_storage(hid_t dataset, const Shape& shape, DType dtype, std::uint64_t file_bytes,
                                        std::string_view context);
 // Every link in the file is a hard link (a soft or external link would point a reader elsewhere).
-void reject_links(hid_t file, std::string_view context);
+// Returns what the walk found: every object the file's links reach, by each of its paths.
+ObjectTypes reject_links(hid_t file, std::string_view context);
 
 // "file 'x.h5'" and "file 'x.h5', dataset '/params/W1'" for messages.
 std::string file_context(const std::string& file);

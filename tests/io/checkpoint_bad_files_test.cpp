@@ -471,6 +471,20 @@ TEST(CheckpointBadFiles, MissingDataset) {
             from_rank(0) + "restore_checkpoint: file '" + file + "', dataset '/params/MLP_0/Extra_0/W': missing");
 }
 
+// A dataset missing from a group that exists, and a path that leads to a group.
+TEST(CheckpointBadFiles, MissingLeafAndGroupPath) {
+  TempDir dir("missing_leaf");
+  const std::string file = save_checkpoint(saved_state(), dir.path());
+  CheckpointState missing = target_state();
+  missing.arrays.push_back({"params/MLP_0/DotReluDot_0/W9", ShardedTensor::zeros(line_mesh(), Spec(), {8, 8}), {}});
+  EXPECT_EQ(restore_error(dir.path(), missing),
+            from_rank(0) + "restore_checkpoint: file '" + file + "', dataset '/params/MLP_0/DotReluDot_0/W9': missing");
+  CheckpointState group = target_state();
+  group.arrays.push_back({"params/MLP_0/DotReluDot_0", ShardedTensor::zeros(line_mesh(), Spec(), {8, 8}), {}});
+  EXPECT_EQ(restore_error(dir.path(), group), from_rank(0) + "restore_checkpoint: file '" + file +
+                                                  "', dataset '/params/MLP_0/DotReluDot_0': is not a dataset");
+}
+
 TEST(CheckpointBadFiles, WrongShape) {
   TempDir dir("wrong_shape");
   const std::string file = save_checkpoint(saved_state(), dir.path());
