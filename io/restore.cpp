@@ -94,11 +94,11 @@ std::int64_t read_root(hid_t file, const std::string& path, CheckpointState& out
 H5Handle open_validated(hid_t file, const std::string& path, const CheckpointArray& target,
                         const format::ObjectTypes& objects) {
   const std::string context = "restore_checkpoint: " + format::dataset_context(path, target.path);
-  const auto object = objects.find(format::dataset_name(target.path));
+  const std::string name = format::dataset_name(target.path);
+  const auto object = objects.find(name);
   if (object == objects.end()) throw IoError(context + ": missing");
   if (object->second != H5O_TYPE_DATASET) throw IoError(context + ": is not a dataset");
-  H5Handle dataset =
-      dataset_handle(H5Dopen2(file, format::dataset_name(target.path).c_str(), H5P_DEFAULT), "H5Dopen2", context);
+  H5Handle dataset = dataset_handle(H5Dopen2(file, name.c_str(), H5P_DEFAULT), "H5Dopen2", context);
   const ShardedTensor& want = target.tensor();
   H5Handle type = type_handle(H5Dget_type(dataset.get()), "H5Dget_type", context);
   if (!format::type_matches(type.get(), want.dtype())) {
