@@ -423,31 +423,46 @@ void validate_mesh_axes(const std::vector<std::string>& names, const std::vector
   }
 }
 
-std::vector<hsize_t> direct_chunk_shape(hid_t dataset, std::string_view context) {
+DatasetStorage dataset_storage(hid_t dataset, std::string_view context) {
   H5Handle create = plist_handle(H5Dget_create_plist(dataset), "H5Dget_create_plist", context);
-  if (H5Pget_layout(create.get()) != H5D_CHUNKED || H5Pget_nfilters(create.get()) != 1) return {};
-  unsigned flags = 0, config = 0;
-  std::size_t values = 0;
-  if (H5Pget_filter2(create.get(), 0, &flags, &values, nullptr, 0, nullptr, &config) != H5Z_FILTER_FLETCHER32) {
+  DatasetStorage storage;
+  storage.external_files = H5Pget_external_count(create.get());
+  check_h5(storage.external_files, "H5Pget_external_count", context);
+  storage.layout = H5Pget_layout(create.get());
+  if (storage.layout != H5D_CHUNKED) return storage;
+  const int filters = H5Pget_nfilters(create.get());
+  check_h5(filters, "H5Pget_nfilters", context);
+  for (int f = 0; f < filters; ++f) {
+    unsigned flags = 0, config = 0;
+    std::size_t values = 0;
+    const H5Z_filter_t id =
+        H5Pget_filter2(create.get(), static_cast<unsigned>(f), &flags, &values, nullptr, 0, nullptr, &config);
+    check_h5(id, "H5Pget_filter2", context);
+    storage.filters.push_back(id);
+  }
+  const int rank = H5Pget_chunk(create.get(), 0, nullptr);
+  check_h5(rank, "H5Pget_chunk", context);
+  storage.chunk.resize(static_cast<std::size_t>(rank));
+  if (rank > 0) check_h5(H5Pget_chunk(create.get(), rank, storage.chunk.data()), "H5Pget_chunk", context);
+  return storage;
+}
+
+std::vector<hsize_t> direct_chunk_shape(hid_t dataset, const DatasetStorage& storage, std::string_view context) {
+  if (storage.layout != H5D_CHUNKED || storage.filters.size() != 1 || storage.filters[0] != H5Z_FILTER_FLETCHER32) {
     return {};
   }
   H5Handle type = type_handle(H5Dget_type(dataset), "H5Dget_type", context);
   if (H5Tget_order(type.get()) != H5T_ORDER_LE) return {};
-  const int rank = H5Pget_chunk(create.get(), 0, nullptr);
-  check_h5(rank, "H5Pget_chunk", context);
-  std::vector<hsize_t> chunk(static_cast<std::size_t>(rank));
-  check_h5(H5Pget_chunk(create.get(), rank, chunk.data()), "H5Pget_chunk", context);
-  return chunk;
+  return storage.chunk;
 }
 
-std::vector<hsize_t> validated_storage(hid_t dataset, const Shape& shape, DType dtype, std::uint64_t file_bytes,
-                                       std::string_view context) {
+std::vector<hsize_t> validated_storage(hid_t dataset, const DatasetStorage& storage, const Shape& shape, DType dtype,
+                                       std::uint64_t file_bytes, std::string_view context) {
   const std::string where(context);
-  H5Handle create = plist_handle(H5Dget_create_plist(dataset), "H5Dget_create_plist", context);
-  const int external = H5Pget_external_count(create.get());
-  check_h5(external, "H5Pget_external_count", context);
-  if (external > 0) throw IoError(where + ": is stored in external files; a checkpoint holds its data itself");
-  const H5D_layout_t layout = H5Pget_layout(create.get());
+  if (storage.external_files > 0) {
+    throw IoError(where + ": is stored in external files; a checkpoint holds its data itself");
+  }
+  const H5D_layout_t layout = storage.layout;
   if (layout != H5D_CHUNKED && layout != H5D_CONTIGUOUS && layout != H5D_COMPACT) {
     throw IoError(where + ": has an unsupported storage layout (" + std::to_string(static_cast<int>(layout)) + ")");
   }
@@ -468,14 +483,11 @@ std::vector<hsize_t> validated_storage(hid_t dataset, const Shape& shape, DType 
   // the file; this also bounds the chunks a reader walks through.
   bounded_bytes(std::vector<std::uint64_t>(shape.begin(), shape.end()), "shape");
   if (layout != H5D_CHUNKED) return {};
-  const int rank = H5Pget_chunk(create.get(), 0, nullptr);
-  check_h5(rank, "H5Pget_chunk", context);
-  if (rank != static_cast<int>(shape.size())) {
-    throw IoError(where + ": chunk rank " + std::to_string(rank) + " differs from the dataset's rank " +
+  const std::vector<hsize_t>& chunk = storage.chunk;
+  if (chunk.size() != shape.size()) {
+    throw IoError(where + ": chunk rank " + std::to_string(chunk.size()) + " differs from the dataset's rank " +
                   std::to_string(shape.size()));
   }
-  std::vector<hsize_t> chunk(static_cast<std::size_t>(rank));
-  if (rank > 0) check_h5(H5Pget_chunk(create.get(), rank, chunk.data()), "H5Pget_chunk", context);
   for (auto c : chunk) {
     if (c < 1) throw IoError(where + ": has a chunk dimension of size 0");
   }
@@ -490,16 +502,9 @@ std::vector<hsize_t> validated_storage(hid_t dataset, const Shape& shape, DType 
   // that the chunk has them (a SEGV on a chunk stored with fewer; found by the checkpoint fuzz
   // target). A chunk stored as tessera stores it (Fletcher32 the only filter, applied) holds
   // exactly its bytes and the checksum.
-  const int filters = H5Pget_nfilters(create.get());
-  check_h5(filters, "H5Pget_nfilters", context);
-  bool fletcher32 = false;
-  for (int f = 0; f < filters; ++f) {
-    unsigned flags = 0, config = 0;
-    std::size_t values = 0;
-    fletcher32 = fletcher32 || H5Pget_filter2(create.get(), static_cast<unsigned>(f), &flags, &values, nullptr, 0,
-                                              nullptr, &config) == H5Z_FILTER_FLETCHER32;
-  }
-  const bool tessera_chunks = filters == 1 && fletcher32;
+  const bool fletcher32 =
+      std::find(storage.filters.begin(), storage.filters.end(), H5Z_FILTER_FLETCHER32) != storage.filters.end();
+  const bool tessera_chunks = storage.filters.size() == 1 && fletcher32;
   // HDF5 1.10 refuses H5S_ALL here: the dataset's own dataspace selects every chunk.
   H5Handle space = dataspace_handle(H5Dget_space(dataset), "H5Dget_space", context);
   hsize_t chunks = 0;

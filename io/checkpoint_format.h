@@ -51,6 +51,18 @@ inline constexpr const char* attr_chunk_digest = "chunk_fletcher32";
 // Every object of a file by its absolute path ("/params/W1"), the root left out, and its type.
 using ObjectTypes = std::map<std::string, H5O_type_t>;
 
+// A dataset's storage as its creation properties give it: the layout, the number of external
+// files and, where the layout is chunked, the filters in pipeline order and the chunk's shape.
+// Read once per dataset (dataset_storage) for every check that needs it: HDF5 copies the whole
+// property list on each H5Dget_create_plist (3.7 us, against 2.3 for opening the dataset).
+struct DatasetStorage {
+  H5D_layout_t layout = H5D_LAYOUT_ERROR;
+  int external_files = 0;
+  std::vector<H5Z_filter_t> filters;
+  std::vector<hsize_t> chunk;
+};
+DatasetStorage dataset_storage(hid_t dataset, std::string_view context);
+
 // Throws IoError "<context>: unknown format version V (this build reads versions 1 to 2)"
 // unless this build reads `version`.
 void check_format_version(std::int64_t version, std::string_view context);
@@ -113,7 +125,7 @@ Shape dataset_shape(hid_t dataset, std::string_view context);
 // The chunk shape of a dataset stored as tessera saves it (chunked, Fletcher32 its only filter,
 // little-endian), whose chunks a reader takes directly and checks against the file's digest
 // (version 2); empty for any other dataset (another writer's: contiguous, compressed, big-endian).
-std::vector<hsize_t> direct_chunk_shape(hid_t dataset, std::string_view context);
+std::vector<hsize_t> direct_chunk_shape(hid_t dataset, const DatasetStorage& storage, std::string_view context);
 
 // Checks of what a reader takes from a file before it uses it (the file may be corrupt or
 // hostile). Each throws IoError("<context>: ...") naming the attribute or dataset.
@@ -129,9 +141,10 @@ void validate_mesh_axes(const std::vector<std::string>& names, const std::vector
 // A dataset's storage: no external files, no virtual layout; the whole dataset holds at most
 // `file_bytes` bytes (every element of a saved dataset is stored); a chunked dataset's chunk has
 // the dataset's rank, every size >= 1 and at most `file_bytes` (and max_chunk_bytes) bytes. Returns the chunk shape (empty when not
-// chunked). `file_bytes` bounds every buffer a reader allocates for the dataset.
-std::vector<hsize_t> validated_storage(hid_t dataset, const Shape& shape, DType dtype, std::uint64_t file_bytes,
-                                       std::string_view context);
+// chunked). `file_bytes` bounds every buffer a reader allocates for the dataset. `storage` is
+// the dataset's (dataset_storage).
+std::vector<hsize_t> validated_storage(hid_t dataset, const DatasetStorage& storage, const Shape& shape, DType dtype,
+                                       std::uint64_t file_bytes, std::string_view context);
 // Every link in the file is a hard link (a soft or external link would point a reader elsewhere).
 // Returns what the walk found: every object the file's links reach, by each of its paths.
 ObjectTypes reject_links(hid_t file, std::string_view context);

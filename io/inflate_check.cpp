@@ -48,32 +48,23 @@ std::int64_t inflated_bytes(const std::vector<unsigned char>& stored, std::uint6
 
 }  // namespace
 
-void check_deflated_chunks(hid_t dataset, std::uint64_t file_bytes, std::string_view context) {
+void check_deflated_chunks(hid_t dataset, const checkpoint_format::DatasetStorage& storage, std::uint64_t file_bytes,
+                           std::string_view context) {
   const std::string where(context);
-  H5Handle create = plist_handle(H5Dget_create_plist(dataset), "H5Dget_create_plist", context);
-  if (H5Pget_layout(create.get()) != H5D_CHUNKED) return;
-  const int filters = H5Pget_nfilters(create.get());
-  check_h5(filters, "H5Pget_nfilters", context);
+  if (storage.layout != H5D_CHUNKED) return;
   int deflate = -1;
-  for (int i = 0; i < filters; ++i) {
-    unsigned flags = 0;
-    std::size_t values = 0;
-    unsigned config = 0;
-    const H5Z_filter_t id = H5Pget_filter2(create.get(), static_cast<unsigned>(i), &flags, &values, nullptr, 0, nullptr,
-                                           &config);
-    check_h5(id, "H5Pget_filter2", context);
+  for (std::size_t i = 0; i < storage.filters.size(); ++i) {
+    const H5Z_filter_t id = storage.filters[i];
     if (id == H5Z_FILTER_DEFLATE) {
-      deflate = i;
+      deflate = static_cast<int>(i);
     } else if (deflate >= 0 && id != H5Z_FILTER_FLETCHER32) {
       throw IoError(where + ": its deflated chunks pass through filter " + std::to_string(id) +
                     " after deflate; a checkpoint's reader takes deflate last, or before Fletcher32 only");
     }
   }
   if (deflate < 0) return;
-  const int rank = H5Pget_chunk(create.get(), 0, nullptr);
-  check_h5(rank, "H5Pget_chunk", context);
-  std::vector<hsize_t> chunk(static_cast<std::size_t>(rank));
-  if (rank > 0) check_h5(H5Pget_chunk(create.get(), rank, chunk.data()), "H5Pget_chunk", context);
+  const std::vector<hsize_t>& chunk = storage.chunk;
+  const int rank = static_cast<int>(chunk.size());
   H5Handle type = type_handle(H5Dget_type(dataset), "H5Dget_type", context);
   H5Handle space = dataspace_handle(H5Dget_space(dataset), "H5Dget_space", context);
   std::vector<hsize_t> dims(static_cast<std::size_t>(rank));

@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "io/checkpoint_format.h"
+
 namespace tessera::checkpoint_io {
 
 // For a chunked dataset with the deflate filter (checkpoints of other writers: h5py's
@@ -19,7 +21,8 @@ namespace tessera::checkpoint_io {
 // chunk of this dataset holds (the file is corrupt)") when a chunk's stream inflates to more than
 // the dataset's chunk bytes, and IoError when deflate lies under a filter other than Fletcher32
 // (its stream could not be told apart). A chunk's stored size is bounded by `file_bytes`. Other
-// datasets: nothing is read.
-void check_deflated_chunks(hid_t dataset, std::uint64_t file_bytes, std::string_view context);
+// datasets: nothing is read. `storage` is the dataset's (checkpoint_format::dataset_storage).
+void check_deflated_chunks(hid_t dataset, const checkpoint_format::DatasetStorage& storage, std::uint64_t file_bytes,
+                           std::string_view context);
 
 }  // namespace tessera::checkpoint_io

@@ -65,7 +65,8 @@ CheckpointArrayInfo array_info(hid_t file, const std::string& path, const std::s
     throw IoError(context + ": attribute 'dtype' says " + dtype + " but the data has another type");
   }
   // Bounds every buffer verify_checkpoint allocates for this dataset by the file's length.
-  const std::vector<hsize_t> chunk = format::validated_storage(dataset.get(), info.shape, info.dtype, file_bytes, context);
+  const std::vector<hsize_t> chunk = format::validated_storage(
+      dataset.get(), format::dataset_storage(dataset.get(), context), info.shape, info.dtype, file_bytes, context);
   info.chunk.assign(chunk.begin(), chunk.end());
   return info;
 }
@@ -91,11 +92,12 @@ std::int64_t read_every_chunk(hid_t file, const CheckpointArrayInfo& info, const
   if (numel(info.shape) == 0) return 0;
   const int ndim = static_cast<int>(info.shape.size());
   std::vector<std::byte> buffer(static_cast<std::size_t>(numel(chunk)) * dtype_size(info.dtype));
-  checkpoint_io::check_deflated_chunks(dataset.get(), file_bytes, context);
+  const format::DatasetStorage storage = format::dataset_storage(dataset.get(), context);
+  checkpoint_io::check_deflated_chunks(dataset.get(), storage, file_bytes, context);
   std::vector<std::uint32_t> digest;
   // The digest covers the datasets stored as tessera saves them (the restore reads it for those
   // only): a dataset another tool rewrote (h5repack with gzip) has its own filters and no digest.
-  if (version >= 2 && !format::direct_chunk_shape(dataset.get(), context).empty()) {
+  if (version >= 2 && !format::direct_chunk_shape(dataset.get(), storage, context).empty()) {
     std::uint64_t grid = 1;
     for (int d = 0; d < ndim; ++d) grid *= static_cast<std::uint64_t>((info.shape[d] + chunk[d] - 1) / chunk[d]);
     digest = format::read_chunk_digest(dataset.get(), grid, context);

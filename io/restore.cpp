@@ -88,11 +88,17 @@ std::int64_t read_root(hid_t file, const std::string& path, CheckpointState& out
   return version;
 }
 
+// A wanted dataset, open and checked against its target, and its storage (read once).
+struct ValidatedDataset {
+  H5Handle dataset;
+  format::DatasetStorage storage;
+};
+
 // `objects`: what format::reject_links found in the file, which says whether the array's path
 // leads to a dataset without asking HDF5 again (a fifth of the plan's time: one H5Lexists per
 // prefix of the path, and H5Oget_info_by_name).
-H5Handle open_validated(hid_t file, const std::string& path, const CheckpointArray& target,
-                        const format::ObjectTypes& objects) {
+ValidatedDataset open_validated(hid_t file, const std::string& path, const CheckpointArray& target,
+                                const format::ObjectTypes& objects) {
   const std::string context = "restore_checkpoint: " + format::dataset_context(path, target.path);
   const std::string name = format::dataset_name(target.path);
   const auto object = objects.find(name);
@@ -129,9 +135,10 @@ H5Handle open_validated(hid_t file, const std::string& path, const CheckpointArr
   std::error_code ec;
   const std::uint64_t file_bytes = std::filesystem::file_size(path, ec);
   if (ec) throw IoError(context + ": cannot take the file's size: " + ec.message());
-  format::validated_storage(dataset.get(), shape, want.dtype(), file_bytes, context);
-  checkpoint_io::check_deflated_chunks(dataset.get(), file_bytes, context);
-  return dataset;
+  format::DatasetStorage storage = format::dataset_storage(dataset.get(), context);
+  format::validated_storage(dataset.get(), storage, shape, want.dtype(), file_bytes, context);
+  checkpoint_io::check_deflated_chunks(dataset.get(), storage, file_bytes, context);
+  return {std::move(dataset), std::move(storage)};
 }
 
 // What rank 0 found of one wanted array, broadcast to every rank (see the top of the file).
@@ -272,13 +279,15 @@ void hdf5_read(hid_t dataset, DType dtype, hid_t memory, hid_t file_space, hid_t
 ArrayPlan plan_array(hid_t file, const std::string& path, const CheckpointArray& target, std::int64_t version,
                      const format::ObjectTypes& objects) {
   const std::string context = "restore_checkpoint: " + format::dataset_context(path, target.path);
-  H5Handle dataset = open_validated(file, path, target, objects);
+  const ValidatedDataset validated = open_validated(file, path, target, objects);
+  const H5Handle& dataset = validated.dataset;
   const ShardedTensor& want = target.tensor();
   ArrayPlan plan;
   plan.shape = want.global_shape();
   plan.dtype = want.dtype();
-  const std::vector<hsize_t> chunk =
-      plan.shape.empty() || numel(plan.shape) == 0 ? std::vector<hsize_t>{} : format::direct_chunk_shape(dataset.get(), context);
+  const std::vector<hsize_t> chunk = plan.shape.empty() || numel(plan.shape) == 0
+                                         ? std::vector<hsize_t>{}
+                                         : format::direct_chunk_shape(dataset.get(), validated.storage, context);
   if (!chunk.empty()) {
     plan.kind = ArrayPlan::Kind::chunks;
     plan.chunk.assign(chunk.begin(), chunk.end());
