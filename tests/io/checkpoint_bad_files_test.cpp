@@ -546,6 +546,78 @@ TEST(CheckpointBadFiles, DeflatedChunkThatInflatesPastItsChunk) {
   EXPECT_NE(report.find(expected), std::string::npos) << report;
 }
 
+// Deflate under another filter (shuffle after it in the pipeline): its stream could not be told
+// apart from what that filter makes of it, so the file is refused before any chunk is inflated.
+TEST(CheckpointBadFiles, DeflateUnderAnotherFilter) {
+  TempDir dir("deflate_then_shuffle");
+  const std::string file = saved_then_edited(dir, [](hid_t root) {
+    H5Ldelete(root, ("/" + w1).c_str(), H5P_DEFAULT);
+    H5Handle create = dataset_creation();
+    const hsize_t chunk[2] = {8, 16};
+    check_h5(H5Pset_chunk(create.get(), 2, chunk), "H5Pset_chunk", "test");
+    check_h5(H5Pset_deflate(create.get(), 1), "H5Pset_deflate", "test");
+    check_h5(H5Pset_shuffle(create.get()), "H5Pset_shuffle", "test");
+    add_dataset(root, "/" + w1, {8, 16}, create.get());
+    H5Handle dataset = dataset_handle(H5Dopen2(root, ("/" + w1).c_str(), H5P_DEFAULT), "H5Dopen2", "test");
+    const std::vector<float> values(8 * 16, 1.5f);
+    check_h5(H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), "H5Dwrite",
+             "test");
+  });
+  const std::string expected = "file '" + file + "', dataset '/" + w1 + "': its deflated chunks pass through filter " +
+                               std::to_string(H5Z_FILTER_SHUFFLE) +
+                               " after deflate; a checkpoint's reader takes deflate last, or before Fletcher32 only";
+  EXPECT_EQ(restore_error(dir.path(), target_state()), from_rank(0) + "restore_checkpoint: " + expected);
+  std::string report;
+  EXPECT_FALSE(verify_checkpoint(file, &report));
+  EXPECT_NE(report.find(expected), std::string::npos) << report;
+}
+
+// A chunk of a dataset stored as tessera stores it (Fletcher32 its only filter) written without
+// its checksum (filter mask 1: the filter skipped): refused before HDF5's filter would read the 4
+// checksum bytes past the chunk's data.
+TEST(CheckpointBadFiles, ChunkStoredWithoutItsChecksum) {
+  TempDir dir("chunk_without_checksum");
+  const std::string file = saved_then_edited(dir, [](hid_t root) {
+    H5Ldelete(root, ("/" + w1).c_str(), H5P_DEFAULT);
+    H5Handle create = dataset_creation();
+    const hsize_t chunk[2] = {8, 16};
+    check_h5(H5Pset_chunk(create.get(), 2, chunk), "H5Pset_chunk", "test");
+    check_h5(H5Pset_fletcher32(create.get()), "H5Pset_fletcher32", "test");
+    add_dataset(root, "/" + w1, {8, 16}, create.get());
+    H5Handle dataset = dataset_handle(H5Dopen2(root, ("/" + w1).c_str(), H5P_DEFAULT), "H5Dopen2", "test");
+    const std::vector<float> values(8 * 16, 1.5f);
+    const hsize_t origin[2] = {0, 0};
+    check_h5(H5Dwrite_chunk(dataset.get(), H5P_DEFAULT, 1, origin, values.size() * sizeof(float), values.data()),
+             "H5Dwrite_chunk", "test");
+  });
+  const std::string message = "file '" + file + "', dataset '/" + w1 +
+                              "': chunk at [0, 0] is stored with 512 bytes and filter mask 1; expected 516 bytes "
+                              "(data and Fletcher32 checksum) and mask 0";
+  EXPECT_EQ(info_error(file), message);
+  EXPECT_EQ(restore_error(dir.path(), target_state()), from_rank(0) + "restore_checkpoint: " + message);
+}
+
+// A virtual dataset (its elements mapped from another dataset, here of the same file): a
+// checkpoint's datasets hold their data themselves.
+TEST(CheckpointBadFiles, VirtualDataset) {
+  TempDir dir("virtual_dataset");
+  const std::string file = saved_then_edited(dir, [](hid_t root) {
+    H5Handle plain = dataset_creation();
+    add_dataset(root, "/params/source", {4, 4}, plain.get());
+    const hsize_t dims[2] = {4, 4};
+    H5Handle space = dataspace_handle(H5Screate_simple(2, dims, nullptr), "H5Screate_simple", "test");
+    H5Handle create = dataset_creation();
+    check_h5(H5Pset_virtual(create.get(), space.get(), ".", "/params/source", space.get()), "H5Pset_virtual", "test");
+    add_dataset(root, "/params/virtual", {4, 4}, create.get());
+  });
+  const std::string message = "file '" + file + "', dataset '/params/virtual': has an unsupported storage layout (" +
+                              std::to_string(static_cast<int>(H5D_VIRTUAL)) + ")";
+  EXPECT_EQ(info_error(file), message);
+  CheckpointState target = target_state();
+  target.arrays.push_back({"params/virtual", ShardedTensor::zeros(line_mesh(), Spec(), {4, 4}), {}});
+  EXPECT_EQ(restore_error(file, target), from_rank(0) + "restore_checkpoint: " + message);
+}
+
 TEST(CheckpointBadFiles, UnknownFormatVersion) {
   TempDir dir("version");
   const std::string file = saved_then_damaged(dir, [](const std::string& f) {
