@@ -520,30 +520,43 @@ TEST(CheckpointBadFiles, DtypeAttributeThatNamesTheWantedTypeOverOtherData) {
 // A deflated chunk whose stream inflates far past the chunk (16 MiB of zeros in 16 KiB of zlib
 // data, for a chunk of 512 bytes): refused before HDF5 inflates it (io/inflate_check.h), where a
 // 2.3 MB file of such chunks took 2 GB and 27 s. An integrity failure: exit code 3 in the apps.
-TEST(CheckpointBadFiles, DeflatedChunkThatInflatesPastItsChunk) {
-  TempDir dir("deflate_bomb");
-  const std::string file = saved_then_edited(dir, [](hid_t root) {
-    H5Ldelete(root, ("/" + w1).c_str(), H5P_DEFAULT);
-    H5Handle create = dataset_creation();
-    const hsize_t chunk[2] = {8, 16};
-    check_h5(H5Pset_chunk(create.get(), 2, chunk), "H5Pset_chunk", "test");
-    check_h5(H5Pset_deflate(create.get(), 9), "H5Pset_deflate", "test");
-    add_dataset(root, "/" + w1, {8, 16}, create.get());
-    const std::vector<unsigned char> zeros(16 << 20, 0);
-    uLongf size = compressBound(zeros.size());
-    std::vector<unsigned char> stream(size);
-    ASSERT_EQ(compress2(stream.data(), &size, zeros.data(), zeros.size(), 9), Z_OK);
-    H5Handle dataset = dataset_handle(H5Dopen2(root, ("/" + w1).c_str(), H5P_DEFAULT), "H5Dopen2", "test");
-    const hsize_t origin[2] = {0, 0};
-    check_h5(H5Dwrite_chunk(dataset.get(), H5P_DEFAULT, 0, origin, size, stream.data()), "H5Dwrite_chunk", "test");
-  });
-  const std::string expected = "file '" + file + "', dataset '/" + w1 +
-                               "': chunk at (0, 0) inflates past 512 bytes, the most a chunk of this dataset holds "
-                               "(the file is corrupt)";
+// Replaces W1 [8, 16] by a dataset of one chunk whose creation properties `filters` completes
+// (each filter in pipeline order); returns it open, its chunk not written.
+template <class Filters>
+H5Handle replace_w1_with_one_chunk(hid_t root, Filters&& filters) {
+  H5Ldelete(root, ("/" + w1).c_str(), H5P_DEFAULT);
+  H5Handle create = dataset_creation();
+  const hsize_t chunk[2] = {8, 16};
+  check_h5(H5Pset_chunk(create.get(), 2, chunk), "H5Pset_chunk", "test");
+  filters(create.get());
+  add_dataset(root, "/" + w1, {8, 16}, create.get());
+  return dataset_handle(H5Dopen2(root, ("/" + w1).c_str(), H5P_DEFAULT), "H5Dopen2", "test");
+}
+
+// The restore from `dir` fails with `expected` on every rank, and verify_checkpoint reports it.
+void expect_restore_and_verify_refuse(const TempDir& dir, const std::string& file, const std::string& expected) {
   EXPECT_EQ(restore_error(dir.path(), target_state()), from_rank(0) + "restore_checkpoint: " + expected);
   std::string report;
   EXPECT_FALSE(verify_checkpoint(file, &report));
   EXPECT_NE(report.find(expected), std::string::npos) << report;
+}
+
+TEST(CheckpointBadFiles, DeflatedChunkThatInflatesPastItsChunk) {
+  TempDir dir("deflate_bomb");
+  const std::string file = saved_then_edited(dir, [](hid_t root) {
+    H5Handle dataset = replace_w1_with_one_chunk(
+        root, [](hid_t create) { check_h5(H5Pset_deflate(create, 9), "H5Pset_deflate", "test"); });
+    const std::vector<unsigned char> zeros(16 << 20, 0);
+    uLongf size = compressBound(zeros.size());
+    std::vector<unsigned char> stream(size);
+    ASSERT_EQ(compress2(stream.data(), &size, zeros.data(), zeros.size(), 9), Z_OK);
+    const hsize_t origin[2] = {0, 0};
+    check_h5(H5Dwrite_chunk(dataset.get(), H5P_DEFAULT, 0, origin, size, stream.data()), "H5Dwrite_chunk", "test");
+  });
+  expect_restore_and_verify_refuse(dir, file,
+                                   "file '" + file + "', dataset '/" + w1 +
+                                       "': chunk at (0, 0) inflates past 512 bytes, the most a chunk of this dataset "
+                                       "holds (the file is corrupt)");
 }
 
 // Deflate under another filter (shuffle after it in the pipeline): its stream could not be told
@@ -551,25 +564,19 @@ TEST(CheckpointBadFiles, DeflatedChunkThatInflatesPastItsChunk) {
 TEST(CheckpointBadFiles, DeflateUnderAnotherFilter) {
   TempDir dir("deflate_then_shuffle");
   const std::string file = saved_then_edited(dir, [](hid_t root) {
-    H5Ldelete(root, ("/" + w1).c_str(), H5P_DEFAULT);
-    H5Handle create = dataset_creation();
-    const hsize_t chunk[2] = {8, 16};
-    check_h5(H5Pset_chunk(create.get(), 2, chunk), "H5Pset_chunk", "test");
-    check_h5(H5Pset_deflate(create.get(), 1), "H5Pset_deflate", "test");
-    check_h5(H5Pset_shuffle(create.get()), "H5Pset_shuffle", "test");
-    add_dataset(root, "/" + w1, {8, 16}, create.get());
-    H5Handle dataset = dataset_handle(H5Dopen2(root, ("/" + w1).c_str(), H5P_DEFAULT), "H5Dopen2", "test");
+    H5Handle dataset = replace_w1_with_one_chunk(root, [](hid_t create) {
+      check_h5(H5Pset_deflate(create, 1), "H5Pset_deflate", "test");
+      check_h5(H5Pset_shuffle(create), "H5Pset_shuffle", "test");
+    });
     const std::vector<float> values(8 * 16, 1.5f);
     check_h5(H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), "H5Dwrite",
              "test");
   });
-  const std::string expected = "file '" + file + "', dataset '/" + w1 + "': its deflated chunks pass through filter " +
-                               std::to_string(H5Z_FILTER_SHUFFLE) +
-                               " after deflate; a checkpoint's reader takes deflate last, or before Fletcher32 only";
-  EXPECT_EQ(restore_error(dir.path(), target_state()), from_rank(0) + "restore_checkpoint: " + expected);
-  std::string report;
-  EXPECT_FALSE(verify_checkpoint(file, &report));
-  EXPECT_NE(report.find(expected), std::string::npos) << report;
+  expect_restore_and_verify_refuse(dir, file,
+                                   "file '" + file + "', dataset '/" + w1 + "': its deflated chunks pass through " +
+                                       "filter " + std::to_string(H5Z_FILTER_SHUFFLE) +
+                                       " after deflate; a checkpoint's reader takes deflate last, or before "
+                                       "Fletcher32 only");
 }
 
 // A chunk of a dataset stored as tessera stores it (Fletcher32 its only filter) written without
@@ -578,13 +585,8 @@ TEST(CheckpointBadFiles, DeflateUnderAnotherFilter) {
 TEST(CheckpointBadFiles, ChunkStoredWithoutItsChecksum) {
   TempDir dir("chunk_without_checksum");
   const std::string file = saved_then_edited(dir, [](hid_t root) {
-    H5Ldelete(root, ("/" + w1).c_str(), H5P_DEFAULT);
-    H5Handle create = dataset_creation();
-    const hsize_t chunk[2] = {8, 16};
-    check_h5(H5Pset_chunk(create.get(), 2, chunk), "H5Pset_chunk", "test");
-    check_h5(H5Pset_fletcher32(create.get()), "H5Pset_fletcher32", "test");
-    add_dataset(root, "/" + w1, {8, 16}, create.get());
-    H5Handle dataset = dataset_handle(H5Dopen2(root, ("/" + w1).c_str(), H5P_DEFAULT), "H5Dopen2", "test");
+    H5Handle dataset = replace_w1_with_one_chunk(
+        root, [](hid_t create) { check_h5(H5Pset_fletcher32(create), "H5Pset_fletcher32", "test"); });
     const std::vector<float> values(8 * 16, 1.5f);
     const hsize_t origin[2] = {0, 0};
     check_h5(H5Dwrite_chunk(dataset.get(), H5P_DEFAULT, 1, origin, values.size() * sizeof(float), values.data()),
