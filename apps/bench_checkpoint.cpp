@@ -50,6 +50,25 @@ double median(std::vector<double> values) {
   return values[values.size() / 2];
 }
 
+// The median over repeats of plain[i] / timed[i]: each repeat's save or restore against the plain
+// write or read of the same repeat, taken seconds apart. The disk of a virtual machine moves by a
+// factor of two from minute to minute (a 1.1 GiB read: 0.56-2.2 s in one hour, 2026-11-29), and a
+// ratio of two medians pairs measurements taken minutes apart.
+double paired_ratio(const std::vector<double>& plain, const std::vector<double>& timed) {
+  std::vector<double> ratios;
+  for (std::size_t i = 0; i < plain.size() && i < timed.size(); ++i) ratios.push_back(plain[i] / timed[i]);
+  return median(ratios);
+}
+
+// "[min, max]" of a repeat's times, as JSON.
+std::string range_json(const std::vector<double>& values) {
+  std::ostringstream out;
+  out.precision(4);
+  out << "[" << *std::min_element(values.begin(), values.end()) << ", "
+      << *std::max_element(values.begin(), values.end()) << "]";
+  return out.str();
+}
+
 // The slowest rank's time for a collective operation each rank timed from the same barrier: the
 // save and the restore end in an agreement, so every rank returns once all have done their part.
 // Not rank 0's time to a barrier after it: ranks past that barrier go on (comparing the restored
@@ -253,6 +272,10 @@ void bench_state(const Mesh& mesh, const std::string& name, int layers, std::int
         << ", \"plain_write_GBps\": " << gb / write << ", \"plain_read_s\": " << read
         << ", \"plain_read_GBps\": " << gb / read << ", \"save_vs_plain_write\": " << write / save
         << ", \"restore_vs_plain_read\": " << read / restore
+        << ", \"save_vs_plain_write_paired\": " << paired_ratio(write_s, save_s)
+        << ", \"restore_vs_plain_read_paired\": " << paired_ratio(read_s, restore_s)
+        << ", \"save_s_range\": " << range_json(save_s) << ", \"restore_s_range\": " << range_json(restore_s)
+        << ", \"plain_write_s_range\": " << range_json(write_s) << ", \"plain_read_s_range\": " << range_json(read_s)
         << ", \"background_prune_wait_s\": " << median(prune_s);
     if (known == 1) {
       out << ", \"save_extra_rss_over_state\": " << extras[0] << ", \"restore_extra_rss_over_state\": " << extras[1];
