@@ -51,9 +51,9 @@ double median(std::vector<double> values) {
 }
 
 // The median over repeats of plain[i] / timed[i]: each repeat's save or restore against the plain
-// write or read of the same repeat, taken seconds apart. The disk of a virtual machine moves by a
-// factor of two from minute to minute (a 1.1 GiB read: 0.56-2.2 s in one hour, 2026-11-29), and a
-// ratio of two medians pairs measurements taken minutes apart.
+// write or read of the same repeat, taken seconds apart. A virtual machine's disk read the same
+// 1.1 GiB in 0.56 to 2.2 s within one hour, reads 5 s apart differing by up to 1.8 times
+// (2026-11-29), and a ratio of two medians may pair a restore with another repeat's plain read.
 double paired_ratio(const std::vector<double>& plain, const std::vector<double>& timed) {
   std::vector<double> ratios;
   for (std::size_t i = 0; i < plain.size() && i < timed.size(); ++i) ratios.push_back(plain[i] / timed[i]);
