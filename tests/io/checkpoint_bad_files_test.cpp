@@ -43,6 +43,14 @@ Spec last_dim_split(const ArrayDef& def, std::size_t) {
 CheckpointState saved_state() { return io_testing::make_state(line_mesh(), model_arrays(), last_dim_split, true); }
 CheckpointState target_state() { return io_testing::make_state(line_mesh(), model_arrays(), last_dim_split, false); }
 
+// target_state() with one more array, replicated zeros of `shape` at `path`: one the file holds
+// in a way the reader refuses, or does not hold as wanted.
+CheckpointState target_with(const std::string& path, const Shape& shape) {
+  CheckpointState target = target_state();
+  target.arrays.push_back({path, ShardedTensor::zeros(line_mesh(), Spec(), shape), {}});
+  return target;
+}
+
 // "rank R: " as agree.h prefixes the first failing rank's message when there are several ranks.
 std::string from_rank(int rank) { return world_size() > 1 ? "rank " + std::to_string(rank) + ": " : ""; }
 
@@ -254,9 +262,8 @@ TEST(CheckpointBadFiles, ExternalStorage) {
                               "', dataset '/params/outside': is stored in external files; a checkpoint holds its "
                               "data itself";
   EXPECT_EQ(info_error(file), message);
-  CheckpointState target = target_state();
-  target.arrays.push_back({"params/outside", ShardedTensor::zeros(line_mesh(), Spec(), {4, 4}), {}});
-  EXPECT_EQ(restore_error(file, target), from_rank(0) + "restore_checkpoint: " + message);
+  EXPECT_EQ(restore_error(file, target_with("params/outside", {4, 4})),
+            from_rank(0) + "restore_checkpoint: " + message);
 }
 
 // A chunk of 1 GiB (in a dataset of 16 elements) in a file of a few KiB: refused before verify
@@ -465,9 +472,7 @@ TEST(CheckpointBadFiles, TruncatedFile) {
 TEST(CheckpointBadFiles, MissingDataset) {
   TempDir dir("missing_dataset");
   const std::string file = save_checkpoint(saved_state(), dir.path());
-  CheckpointState target = target_state();
-  target.arrays.push_back({"params/MLP_0/Extra_0/W", ShardedTensor::zeros(line_mesh(), Spec(), {8, 8}), {}});
-  EXPECT_EQ(restore_error(dir.path(), target),
+  EXPECT_EQ(restore_error(dir.path(), target_with("params/MLP_0/Extra_0/W", {8, 8})),
             from_rank(0) + "restore_checkpoint: file '" + file + "', dataset '/params/MLP_0/Extra_0/W': missing");
 }
 
@@ -475,14 +480,11 @@ TEST(CheckpointBadFiles, MissingDataset) {
 TEST(CheckpointBadFiles, MissingLeafAndGroupPath) {
   TempDir dir("missing_leaf");
   const std::string file = save_checkpoint(saved_state(), dir.path());
-  CheckpointState missing = target_state();
-  missing.arrays.push_back({"params/MLP_0/DotReluDot_0/W9", ShardedTensor::zeros(line_mesh(), Spec(), {8, 8}), {}});
-  EXPECT_EQ(restore_error(dir.path(), missing),
+  EXPECT_EQ(restore_error(dir.path(), target_with("params/MLP_0/DotReluDot_0/W9", {8, 8})),
             from_rank(0) + "restore_checkpoint: file '" + file + "', dataset '/params/MLP_0/DotReluDot_0/W9': missing");
-  CheckpointState group = target_state();
-  group.arrays.push_back({"params/MLP_0/DotReluDot_0", ShardedTensor::zeros(line_mesh(), Spec(), {8, 8}), {}});
-  EXPECT_EQ(restore_error(dir.path(), group), from_rank(0) + "restore_checkpoint: file '" + file +
-                                                  "', dataset '/params/MLP_0/DotReluDot_0': is not a dataset");
+  EXPECT_EQ(restore_error(dir.path(), target_with("params/MLP_0/DotReluDot_0", {8, 8})),
+            from_rank(0) + "restore_checkpoint: file '" + file +
+                "', dataset '/params/MLP_0/DotReluDot_0': is not a dataset");
 }
 
 TEST(CheckpointBadFiles, WrongShape) {
@@ -615,9 +617,8 @@ TEST(CheckpointBadFiles, VirtualDataset) {
   const std::string message = "file '" + file + "', dataset '/params/virtual': has an unsupported storage layout (" +
                               std::to_string(static_cast<int>(H5D_VIRTUAL)) + ")";
   EXPECT_EQ(info_error(file), message);
-  CheckpointState target = target_state();
-  target.arrays.push_back({"params/virtual", ShardedTensor::zeros(line_mesh(), Spec(), {4, 4}), {}});
-  EXPECT_EQ(restore_error(file, target), from_rank(0) + "restore_checkpoint: " + message);
+  EXPECT_EQ(restore_error(file, target_with("params/virtual", {4, 4})),
+            from_rank(0) + "restore_checkpoint: " + message);
 }
 
 TEST(CheckpointBadFiles, UnknownFormatVersion) {
