@@ -68,6 +68,34 @@ TEST(BufferPool, ATensorTakesOneBuffer) {
   EXPECT_EQ(live_tensor_bytes(), live_before);
 }
 
+// A tensor of no bytes (the default tensor, a zero extent, their copies) takes no buffer: the
+// live and peak bytes stay where they were and nothing comes back to the cache when it goes.
+// Its storage is still a 64-byte aligned address, not null.
+TEST(BufferPool, ATensorOfNoBytesTakesNoBuffer) {
+  pool_release_cached();
+  const std::size_t live_before = live_tensor_bytes();
+  reset_peak_tensor_bytes();
+  {
+    Tensor none;
+    Tensor zero_rows({0, 5}, DType::f32);
+    Tensor empty = Tensor::empty({3, 0}, DType::f64);
+    Tensor copy = zero_rows;
+    for (const Tensor* t : {&none, &zero_rows, &empty, &copy}) {
+      EXPECT_EQ(t->nbytes(), 0u);
+      ASSERT_NE(t->raw(), nullptr);
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(t->raw()) % 64, 0u);
+    }
+    EXPECT_EQ(live_tensor_bytes(), live_before);
+  }
+  EXPECT_EQ(peak_tensor_bytes(), live_before);
+  EXPECT_EQ(live_tensor_bytes(), live_before);
+  EXPECT_EQ(pool_cached_bytes(), 0u);
+  // One byte more than none is a buffer of its own again.
+  { Tensor one({1}, DType::f32); }
+  EXPECT_EQ(peak_tensor_bytes(), live_before + 64);
+  EXPECT_EQ(pool_cached_bytes(), 64u);
+}
+
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer)
 #define TESSERA_TEST_ASAN 1
@@ -86,6 +114,17 @@ TEST(BufferPoolDeathTest, ReadingACachedBufferIsReported) {
         }
         volatile float read = gone[3];
         (void)read;
+      },
+      "use-after-poison");
+}
+
+// Tensors of no bytes share one storage, poisoned: writing an element one of them does not have
+// is reported, not absorbed.
+TEST(BufferPoolDeathTest, WritingIntoATensorOfNoBytesIsReported) {
+  EXPECT_DEATH(
+      {
+        Tensor none({0}, DType::f32);
+        static_cast<volatile float*>(none.raw())[0] = 1.0f;
       },
       "use-after-poison");
 }
