@@ -19,8 +19,8 @@ namespace {
 // The storage of every tensor of no bytes (the default tensor, a shape with a zero extent): no
 // element is ever read or written through it, so they all share it, and making or dropping one
 // takes neither the buffer pool's lock nor its counts. A train step makes and drops many (the
-// tutorial's MLP, depth 64, one rank: 173 of its 232 tensors a step), each of which took a 64-byte
-// buffer from the pool. Under AddressSanitizer its bytes are poisoned, so code that reads or
+// tutorial's MLP at depth 64 on one rank: 173 of the 232 buffers a step took from the pool were
+// such tensors' 64 bytes). Under AddressSanitizer its bytes are poisoned, so code that reads or
 // writes an element of a tensor that has none is reported.
 alignas(64) std::byte no_bytes[64];
 const bool no_bytes_poisoned = [] {

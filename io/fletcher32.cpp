@@ -33,8 +33,8 @@ constexpr std::size_t steps = 256;
 // the low half holds word e % 4 of group e / 4, element e of the high half its word 4 + e % 4.
 // SSE2 takes the halves by unpacking against zero after swapping each word's bytes; AVX2 and
 // AVX-512 with one byte shuffle each, which also swaps the bytes (0x80: a zero byte).
-constexpr std::size_t lane_of(std::size_t e, std::size_t half) { return 8 * (e / 4) + 4 * half + e % 4; }
 #if defined(__AVX512BW__) || defined(__AVX2__)
+constexpr std::size_t lane_of(std::size_t e, std::size_t half) { return 8 * (e / 4) + 4 * half + e % 4; }
 // The shuffles' controls for every 16-byte group of a 64-byte vector (AVX2 loads the first 32).
 // Loaded whole rather than broadcast from 16 bytes: GCC 12's _mm512_broadcast_i32x4 warns of
 // an uninitialized operand.

@@ -90,7 +90,7 @@ TEST(BufferPool, ATensorOfNoBytesTakesNoBuffer) {
   EXPECT_EQ(peak_tensor_bytes(), live_before);
   EXPECT_EQ(live_tensor_bytes(), live_before);
   EXPECT_EQ(pool_cached_bytes(), 0u);
-  // One byte more than none is a buffer of its own again.
+  // A tensor of one element takes a buffer of its own again, of one cache line.
   { Tensor one({1}, DType::f32); }
   EXPECT_EQ(peak_tensor_bytes(), live_before + 64);
   EXPECT_EQ(pool_cached_bytes(), 64u);
