@@ -60,11 +60,11 @@ def row(rows, start):
 def numbers(cell):
     return [float(x) for x in re.findall(r"\d+(?:\.\d+)?", cell.replace(",", " "))]
 
-def last(name):
-    return [json.loads(l) for l in open(f"{work}/{name}.jsonl")][-1]
-
 def steps(name):
     return [json.loads(l) for l in open(f"{work}/{name}.jsonl")]
+
+def last(name):
+    return steps(name)[-1]
 
 checked = 0
 t1 = table("default model, `data=2,model=4`")

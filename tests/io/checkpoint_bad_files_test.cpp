@@ -519,9 +519,6 @@ TEST(CheckpointBadFiles, DtypeAttributeThatNamesTheWantedTypeOverOtherData) {
                 "': the data are 64-bit floats, though its dtype attribute says f32; f32 wanted");
 }
 
-// A deflated chunk whose stream inflates far past the chunk (16 MiB of zeros in 16 KiB of zlib
-// data, for a chunk of 512 bytes): refused before HDF5 inflates it (io/inflate_check.h), where a
-// 2.3 MB file of such chunks took 2 GB and 27 s. An integrity failure: exit code 3 in the apps.
 // Replaces W1 [8, 16] by a dataset of one chunk whose creation properties `filters` completes
 // (each filter in pipeline order); returns it open, its chunk not written.
 template <class Filters>
@@ -543,6 +540,9 @@ void expect_restore_and_verify_refuse(const TempDir& dir, const std::string& fil
   EXPECT_NE(report.find(expected), std::string::npos) << report;
 }
 
+// A deflated chunk whose stream inflates far past the chunk (16 MiB of zeros in 16 KiB of zlib
+// data, for a chunk of 512 bytes): refused before HDF5 inflates it (io/inflate_check.h), where a
+// 2.3 MB file of such chunks took 2 GB and 27 s. An integrity failure: exit code 3 in the apps.
 TEST(CheckpointBadFiles, DeflatedChunkThatInflatesPastItsChunk) {
   TempDir dir("deflate_bomb");
   const std::string file = saved_then_edited(dir, [](hid_t root) {
