@@ -25,7 +25,9 @@
 // The same floor is printed again at the all-at-once rates measured where the host ran the
 // node's CPUs during the steps (cpu_pair_ns: one die of the host or two), with the steps' ratio
 // to it (ratio_same_placement). Each timed step follows an untimed one, run right after the probe
-// of the CPUs before it (time_steps; untimed_steps counts them with the warmup).
+// of the CPUs before it (time_steps; untimed_steps counts them with the warmup). comm_ms_median
+// is the median over the timed steps of the most time a rank spent inside tessera's collectives
+// in the step (CommStats::seconds): its waits for the other ranks and its copies through them.
 // One JSON object per line on stdout (rank 0).
 //   scripts/mpirun/local.sh 8 build/apps/bench_train --layers 8 --depth 4096
 #include <mpi.h>
@@ -634,6 +636,7 @@ struct Measured {
   std::vector<double> step_ns;  // cpu_pair_ns before each timed step, and after the last
   int untimed_steps = 0;        // steps run and not timed: the warmup, and one after each probe
   double comm_bytes = 0;       // bytes one rank sends in one step (CommStats), the most of any rank
+  std::vector<double> comm_ms;  // per timed step, the most time a rank spent inside collectives
   std::vector<nn::RowUpdate> row_updates;  // parameters a step updates in rows, inside their layer's backward
   double flops_per_rank = 0;   // matrix FLOPs of one step on one rank
   // Of them, the forward products' that read a weight (the MLP; 0 for the transformer): each
@@ -669,6 +672,7 @@ void time_steps(const Options& o, nn::TrainState& state, const nn::Optimizer& op
   nn::StepTimes times;
   options.times = &times;
   w.ms.clear();
+  w.comm_ms.clear();
   w.step_ns.clear();
   const std::int64_t first_step = state.step;
   for (int i = 0; i < o.warmup + o.steps; ++i) {
@@ -679,11 +683,16 @@ void time_steps(const Options& o, nn::TrainState& state, const nn::Optimizer& op
     }
     MPI_Barrier(MPI_COMM_WORLD);
     const CommScope scope;
+    const double comm_before = CommStats::global().seconds();
     const auto start = clock_type::now();
     nn::train_step(state, optimizer, loss_fn, batch, options);
-    // A step ends when its slowest rank ends.
-    const double t = allreduce(seconds_since(start) * 1e3, MPI_MAX);
-    if (timed) w.ms.push_back(t);
+    // A step ends when its slowest rank ends; its time in collectives is the most any rank spent.
+    double ms[2] = {seconds_since(start) * 1e3, (CommStats::global().seconds() - comm_before) * 1e3};
+    MPI_Allreduce(MPI_IN_PLACE, ms, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (timed) {
+      w.ms.push_back(ms[0]);
+      w.comm_ms.push_back(ms[1]);
+    }
     if (i == o.warmup + o.steps - 1) w.comm_bytes = allreduce(static_cast<double>(scope.total_bytes()), MPI_MAX);
   }
   w.step_ns.push_back(cpu_pair_ns());
@@ -1211,7 +1220,7 @@ int run(const Options& o, int world_rank, int world_size) {
         "\"scan\":%s,\"steps\":%d,\"untimed_steps\":%d,\"ms_median\":%.3f,\"ms_min\":%.3f,\"ms_max\":%.3f,\"floor_ms\":%.3f,"
         "\"ratio\":%.3f,\"compute_floor_ms\":%.3f,\"memory_floor_ms\":%.3f,\"ranks_per_core\":%.3f,"
         "\"gflop_per_rank\":%.4f,\"mb_per_rank\":%.3f,\"strategy\":\"%s\",\"opt_state\":\"%s\","
-        "\"params_per_rank\":%.0f,\"state_params_per_rank\":%.0f,\"comm_mb_per_rank\":%.3f,\"row_updates\":%zu,\"one_pass_updates\":%zu,"
+        "\"params_per_rank\":%.0f,\"state_params_per_rank\":%.0f,\"comm_mb_per_rank\":%.3f,\"comm_ms_median\":%.3f,\"row_updates\":%zu,\"one_pass_updates\":%zu,"
         "\"row_overlap_ms\":%.3f,\"forward_overlap_ms\":%.3f,\"row_params_per_rank\":%.0f,\"peak_rss_mb\":%.1f,"
         "\"floor_ms_slower_rates\":%.3f,\"cpu_pair_ns\":%.1f,\"rate_sets\":%zu,\"steps_same_placement\":%zu,"
         "\"floor_ms_same_placement\":%s,\"ratio_same_placement\":%s}\n",
@@ -1220,7 +1229,7 @@ int run(const Options& o, int world_rank, int world_size) {
         *std::min_element(ms.begin(), ms.end()), *std::max_element(ms.begin(), ms.end()), floor_ms, med / floor_ms,
         compute_floor_ms, memory_floor_ms, share,
         flops_per_rank / 1e9, bytes_per_rank / 1e6, o.strategy.empty() ? "mesh" : o.strategy.c_str(),
-        o.opt_state.c_str(), w.local_params, w.state_params, w.comm_bytes / 1e6, w.row_updates.size(),
+        o.opt_state.c_str(), w.local_params, w.state_params, w.comm_bytes / 1e6, median(w.comm_ms), w.row_updates.size(),
         static_cast<std::size_t>(std::count_if(w.row_updates.begin(), w.row_updates.end(),
                                                [](const nn::RowUpdate& u) { return u.one_pass; })),
         floor.row_overlap_ms, floor.forward_overlap_ms, floor.row_params, peak_rss / 1e6, slower_floor_ms, step_ns,

@@ -44,6 +44,8 @@
 # ratio_same_placement the median of steps_same_placement of the steps over it (between ms_min
 # and ms_max); both null where no probe was taken, or no measurement of the rates saw the steps'
 # placement in the 2 + 4 sets of them.
+# And comm_ms_median, the time inside collectives: 0 on one rank, else above 0 and at most
+# ms_median.
 set -uo pipefail
 out=$("$@") || { echo "FAIL: bench_train exited with $?" >&2; exit 1; }
 echo "$out"
@@ -113,6 +115,13 @@ for name, want in (("compute_floor_ms", compute), ("memory_floor_ms", memory), (
     assert abs(want - step[name]) <= 1e-2 * want, (name, want, step[name])  # printed to 3-4 digits
 floor = max(compute, memory)
 assert abs(step["ms_median"] / step["floor_ms"] - step["ratio"]) <= 1e-2 * step["ratio"], step
+# The time inside collectives: none on one rank (a mesh of one rank runs no collective); on more,
+# some, and in each step at most the step's (both are the most of any rank, and a rank's time in
+# collectives is part of its step), so its median is at most the steps'.
+if step["ranks"] == 1:
+    assert step["comm_ms_median"] == 0, step
+else:
+    assert 0 < step["comm_ms_median"] <= step["ms_median"] + 1e-3, step
 # The same floor at the slower of each rate's two measurements: never below the floor.
 assert step["floor_ms_slower_rates"] >= step["floor_ms"] * (1 - 1e-2), step
 # The floor of the steps' placement.
