@@ -195,13 +195,19 @@ void validate_spec(const Spec& spec, const MeshShape& mesh, const Shape& shape, 
     throw SpecError(label() + " has " + std::to_string(spec.ndim()) + " dimensions but the tensor has shape " +
                     shape_to_string(shape));
   }
-  const Axes used = spec.used_axes();  // dimensions first, then partial, in written order
-  for (auto axis = used.begin(); axis != used.end(); ++axis) {
-    if (!mesh.has_axis(*axis)) {
-      throw SpecError(label() + ": unknown mesh axis '" + *axis + "' (mesh has " + mesh.to_string() + ")");
-    }
-    if (std::find(used.begin(), axis, *axis) != axis) {
-      throw SpecError(label() + ": mesh axis '" + *axis + "' is used more than once");
+  // The axes in written order, dimensions first, then partial (list spec.ndim()), each checked
+  // against the mesh and against the axes before it, without copying them (every op's result
+  // is validated).
+  auto list = [&](int d) -> const Axes& { return d < spec.ndim() ? spec.dims[d] : spec.partial; };
+  for (int d = 0; d <= spec.ndim(); ++d) {
+    const Axes& axes = list(d);
+    for (auto axis = axes.begin(); axis != axes.end(); ++axis) {
+      if (!mesh.has_axis(*axis)) {
+        throw SpecError(label() + ": unknown mesh axis '" + *axis + "' (mesh has " + mesh.to_string() + ")");
+      }
+      bool before = std::find(axes.begin(), axis, *axis) != axis;
+      for (int e = 0; e < d && !before; ++e) before = std::find(list(e).begin(), list(e).end(), *axis) != list(e).end();
+      if (before) throw SpecError(label() + ": mesh axis '" + *axis + "' is used more than once");
     }
   }
 }
@@ -275,6 +281,15 @@ Shape local_shape(const Spec& spec, const MeshShape& mesh, const Shape& global, 
     out[d] = block_extent(global[d], shard_count(spec, mesh, d), block_index(spec, mesh, d, coords));
   }
   return out;
+}
+
+bool is_local_shape(const Shape& block, const Spec& spec, const MeshShape& mesh, const Shape& global,
+                    const std::vector<int>& coords) {
+  if (block.size() != global.size()) return false;
+  for (int d = 0; d < static_cast<int>(global.size()); ++d) {
+    if (block[d] != block_extent(global[d], shard_count(spec, mesh, d), block_index(spec, mesh, d, coords))) return false;
+  }
+  return true;
 }
 
 Shape max_local_shape(const Spec& spec, const MeshShape& mesh, const Shape& global) {

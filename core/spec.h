@@ -84,6 +84,9 @@ Axes unused_axes(const Spec& spec, const MeshShape& mesh);
 bool splits_evenly(const Spec& spec, const MeshShape& mesh, const Shape& global);
 // The shape of the block held at `coords`. Assumes a valid spec.
 Shape local_shape(const Spec& spec, const MeshShape& mesh, const Shape& global, const std::vector<int>& coords);
+// Whether `block` is that shape (local_shape(...) == block, without building it).
+bool is_local_shape(const Shape& block, const Spec& spec, const MeshShape& mesh, const Shape& global,
+                    const std::vector<int>& coords);
 // The shape of the largest block (block 0 of every dimension): what buffers sized for any
 // rank's block use. Equal to every block's shape when splits_evenly.
 Shape max_local_shape(const Spec& spec, const MeshShape& mesh, const Shape& global);

@@ -22,9 +22,10 @@ bool is_partial_holder(const Spec& spec, const MeshShape& mesh, const std::vecto
 ShardedTensor::ShardedTensor(Mesh mesh, Spec spec, Shape global_shape, Tensor local, std::string name)
     : mesh_(std::move(mesh)), global_shape_(std::move(global_shape)), local_(std::move(local)), name_(std::move(name)) {
   validate_spec(spec, mesh_.shape(), global_shape_, name_);
-  spec_ = spec.padded(static_cast<int>(global_shape_.size()));
-  Shape expected = local_shape(spec_, mesh_.shape(), global_shape_, mesh_.coords());
-  if (local_.shape() != expected) {
+  spec.dims.resize(global_shape_.size());  // padded: validate_spec refused a spec of more dimensions
+  spec_ = std::move(spec);
+  if (!is_local_shape(local_.shape(), spec_, mesh_.shape(), global_shape_, mesh_.coords())) {
+    const Shape expected = local_shape(spec_, mesh_.shape(), global_shape_, mesh_.coords());
     throw ShapeError("sharded tensor '" + name_ + "' " + shape_to_string(global_shape_) + " " + spec_.to_string() +
                      " on " + mesh_.to_string() + ": local block has shape " + shape_to_string(local_.shape()) +
                      ", expected " + shape_to_string(expected));

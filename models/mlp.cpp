@@ -67,12 +67,13 @@ void DotReluDot::declare(const ParamDecl& decl, const Shape& input) const {
 }
 
 Var DotReluDot::apply_weights(const ApplyContext& ctx, const Var& x, const Var& w1, const Var& w2) const {
+  // Parsed once, not at every forward.
+  static const Spec hidden_spec = parse("P(data, model)");
+  static const Spec embed_spec = parse("P(data, None)");
   Var y = relu(einsum("bd,dh->bh", x, w1));
-  y = logical ? with_logical_constraint(y, {"batch", "hidden"}, ctx.rules)
-              : with_sharding_constraint(y, parse("P(data, model)"));
+  y = logical ? with_logical_constraint(y, {"batch", "hidden"}, ctx.rules) : with_sharding_constraint(y, hidden_spec);
   Var z = einsum("bh,hd->bd", y, w2);
-  z = logical ? with_logical_constraint(z, {"batch", "embed"}, ctx.rules)
-              : with_sharding_constraint(z, parse("P(data, None)"));
+  z = logical ? with_logical_constraint(z, {"batch", "embed"}, ctx.rules) : with_sharding_constraint(z, embed_spec);
   return z;
 }
 

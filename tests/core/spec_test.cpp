@@ -155,6 +155,14 @@ TEST(Spec, UnevenLocalShapeAndOffsets) {
   EXPECT_TRUE(splits_evenly(s, mesh, {4, 999}));
   EXPECT_EQ(local_shape(s, mesh, {5, 1000}, {0, 0}), (Shape{3, 334}));
   EXPECT_EQ(local_shape(s, mesh, {5, 1000}, {1, 2}), (Shape{2, 332}));
+  // is_local_shape answers local_shape(...) == block: each rank's own block, no other.
+  EXPECT_TRUE(is_local_shape({3, 334}, s, mesh, {5, 1000}, {0, 0}));
+  EXPECT_TRUE(is_local_shape({2, 332}, s, mesh, {5, 1000}, {1, 2}));
+  EXPECT_FALSE(is_local_shape({3, 334}, s, mesh, {5, 1000}, {1, 2}));
+  EXPECT_FALSE(is_local_shape({2, 334}, s, mesh, {5, 1000}, {1, 2}));
+  EXPECT_FALSE(is_local_shape({3}, s, mesh, {5, 1000}, {0, 0}));
+  EXPECT_FALSE(is_local_shape({3, 334, 1}, s, mesh, {5, 1000}, {0, 0}));
+  EXPECT_TRUE(is_local_shape({}, Spec(), mesh, {}, {1, 2}));
   EXPECT_EQ(block_offsets(s, mesh, {5, 1000}, {1, 2}), (std::vector<std::int64_t>{3, 668}));
   EXPECT_EQ(max_local_shape(s, mesh, {5, 1000}), (Shape{3, 334}));
   // The group over (model) through coords (1, 0), in communicator order.
