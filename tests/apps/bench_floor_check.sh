@@ -115,9 +115,9 @@ for name, want in (("compute_floor_ms", compute), ("memory_floor_ms", memory), (
     assert abs(want - step[name]) <= 1e-2 * want, (name, want, step[name])  # printed to 3-4 digits
 floor = max(compute, memory)
 assert abs(step["ms_median"] / step["floor_ms"] - step["ratio"]) <= 1e-2 * step["ratio"], step
-# The time inside collectives: none on one rank (a mesh of one rank runs no collective); on more,
-# some, and in each step at most the step's (both are the most of any rank, and a rank's time in
-# collectives is part of its step), so its median is at most the steps'.
+# The time inside collectives: 0 on one rank (a rank alone waits for no other; printed to the
+# microsecond); on more, some, and in each step at most the step's (both are the most of any rank,
+# and a rank's time in collectives is part of its step), so its median is at most the steps'.
 if step["ranks"] == 1:
     assert step["comm_ms_median"] == 0, step
 else:
