@@ -275,11 +275,19 @@ bool splits_evenly(const Spec& spec, const MeshShape& mesh, const Shape& global)
   return true;
 }
 
+namespace {
+
+// Dimension d's extent in the block held at `coords` (local_shape's, one dimension).
+std::int64_t local_extent(const Spec& spec, const MeshShape& mesh, const Shape& global, const std::vector<int>& coords,
+                          int d) {
+  return block_extent(global[d], shard_count(spec, mesh, d), block_index(spec, mesh, d, coords));
+}
+
+}  // namespace
+
 Shape local_shape(const Spec& spec, const MeshShape& mesh, const Shape& global, const std::vector<int>& coords) {
   Shape out = global;
-  for (int d = 0; d < static_cast<int>(global.size()); ++d) {
-    out[d] = block_extent(global[d], shard_count(spec, mesh, d), block_index(spec, mesh, d, coords));
-  }
+  for (int d = 0; d < static_cast<int>(global.size()); ++d) out[d] = local_extent(spec, mesh, global, coords, d);
   return out;
 }
 
@@ -287,7 +295,7 @@ bool is_local_shape(const Shape& block, const Spec& spec, const MeshShape& mesh,
                     const std::vector<int>& coords) {
   if (block.size() != global.size()) return false;
   for (int d = 0; d < static_cast<int>(global.size()); ++d) {
-    if (block[d] != block_extent(global[d], shard_count(spec, mesh, d), block_index(spec, mesh, d, coords))) return false;
+    if (block[d] != local_extent(spec, mesh, global, coords, d)) return false;
   }
   return true;
 }

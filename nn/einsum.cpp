@@ -169,7 +169,7 @@ Shape result_shape(const EinsumSubscripts& sub, const ShardedTensor& a, const Sh
 }
 
 void check_operands(const EinsumSubscripts& sub, const ShardedTensor& a, const ShardedTensor& b) {
-  if (!(a.mesh() == b.mesh())) check_same_mesh(a, b, "einsum '" + sub.to_string() + "'");
+  check_same_mesh(a, b, [&] { return "einsum '" + sub.to_string() + "'"; });
   if (a.ndim() != static_cast<int>(sub.a.size()) || b.ndim() != static_cast<int>(sub.b.size())) {
     throw ShapeError("einsum '" + sub.to_string() + "': operands of shapes " + shape_to_string(a.global_shape()) +
                      " and " + shape_to_string(b.global_shape()) + " do not match the subscripts");

@@ -29,7 +29,7 @@ void sgd_block(T* p, const T* g, T* trace, std::int64_t n, T lr, T momentum, boo
 // ops require: a block of a tensor on another mesh has another size, and the update indexed the
 // parameter's block past the end of the gradient's; found on 2026-11-28).
 void check_grad(const std::string& path, const ShardedTensor& p, const ShardedTensor& g, const Spec& state) {
-  if (!(p.mesh() == g.mesh())) check_same_mesh(p, g, "optimizer: the gradient of '" + path + "'");
+  check_same_mesh(p, g, [&] { return "optimizer: the gradient of '" + path + "'"; });
   if (!(g.spec() == p.spec() || g.spec() == state) || g.global_shape() != p.global_shape() || g.dtype() != p.dtype()) {
     throw ShapeError("optimizer: gradient of '" + path + "' is " + g.describe() + ", parameter is " + p.describe() +
                      (state == p.spec() ? "" : " with its state in " + state.to_string()));
@@ -55,7 +55,7 @@ const Spec& checked_state_spec(const std::string& path, const ShardedTensor& p, 
   const ShardedTensor* first = mu != state.mu.end() ? &mu->second : nullptr;
   const ShardedTensor* second = nu != state.nu.end() ? &nu->second : nullptr;
   for (const ShardedTensor* m : {first, second}) {
-    if (m != nullptr && !(p.mesh() == m->mesh())) check_same_mesh(p, *m, "optimizer: a moment of '" + path + "'");
+    if (m != nullptr) check_same_mesh(p, *m, [&] { return "optimizer: a moment of '" + path + "'"; });
     if (m != nullptr && (!(m->spec() == spec) || m->global_shape() != p.global_shape() || m->dtype() != p.dtype())) {
       throw ShapeError("optimizer: a moment of '" + path + "' is " + m->describe() + ", parameter is " + p.describe() +
                        " with its state in " + spec.to_string());

@@ -3,6 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <string_view>
+#include <type_traits>
 
 #include "mesh/sharded_tensor.h"
 
@@ -30,5 +33,11 @@ const ShardedTensor& on_spec(const ShardedTensor& x, const Spec& target, Sharded
 std::string operand_string(const ShardedTensor& x);
 // Throws MeshError unless a and b live on the same mesh; `op` names the op in the message.
 void check_same_mesh(const ShardedTensor& a, const ShardedTensor& b, std::string_view op);
+// The same check where naming the op takes work (a path, the subscripts): `op()` returns the name,
+// and is called only when the meshes differ, so the check of every step builds no string.
+template <class Op, class = std::enable_if_t<std::is_invocable_r_v<std::string, Op&>>>
+void check_same_mesh(const ShardedTensor& a, const ShardedTensor& b, Op&& op) {
+  if (!(a.mesh() == b.mesh())) check_same_mesh(a, b, std::string_view(op()));
+}
 
 }  // namespace tessera::nn
