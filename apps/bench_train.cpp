@@ -336,8 +336,8 @@ GemmRates measure_gemm_rates(std::int64_t m, std::int64_t n, std::int64_t k, boo
 }
 
 // The floor's arrays, mapped from the kernel and given back to it whole, laid out as tensor
-// storage is (core/buffer_pool.cpp): page-aligned (64 bytes or more), and from 2 MiB on 2 MiB
-// aligned and advised to transparent huge pages. Through std::vector they started 16 bytes past a
+// storage is (core/buffer_pool.h): from 64 KiB on at the next colour's offset past a page, and
+// from 2 MiB on past a 2 MiB boundary, advised to transparent huge pages. Through std::vector they started 16 bytes past a
 // page, as malloc's large blocks do, and every vector access straddled cache lines: Adam's
 // streams ran at 33-34 GB/s on one core against 47-61 aligned, and the floor was not a lower
 // bound for an optimizer that reads aligned tensors. Through malloc, arrays freed before the
@@ -352,7 +352,8 @@ class MappedArray {
   MappedArray(std::size_t n, T value) : n_(std::max<std::size_t>(n, 1)) {
     constexpr std::size_t huge = std::size_t{2} << 20;
     const std::size_t bytes = n_ * sizeof(T);
-    mapped_ = bytes >= huge ? bytes + huge : bytes;
+    const bool coloured = bytes >= kColouredBytes;
+    mapped_ = (bytes >= huge ? bytes + huge : bytes) + (coloured ? 4096 : 0);
     void* at = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (at == MAP_FAILED) throw std::bad_alloc();
     base_ = at;
@@ -360,6 +361,7 @@ class MappedArray {
       at = reinterpret_cast<void*>((reinterpret_cast<std::uintptr_t>(at) + huge - 1) / huge * huge);
       ::madvise(at, bytes, MADV_HUGEPAGE);  // advice only, as for tensors: failure is harmless
     }
+    if (coloured) at = static_cast<char*>(at) + next_colour_offset();
     data_ = static_cast<T*>(at);
     std::fill_n(data_, n_, value);
   }

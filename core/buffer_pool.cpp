@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -23,6 +25,12 @@ constexpr std::size_t kCacheFloor = std::size_t{512} << 20;
 // on these machines a first touch costs a page fault per 4 KiB page, and faulting in 2.4 GB
 // took 9.1 s with 4 KiB pages, 1.1 s with huge ones (tests/collectives/large_transfer_test.cpp).
 constexpr std::size_t kHugePage = std::size_t{2} << 20;
+// Buffers of 2 MiB and more start a "colour" past their allocation's 2 MiB aligned start
+// (buffer_pool.h): 64 to 4,096 bytes, one of the 64 offsets of an L1 way, taken in turn with a
+// stride of 21 lines so that consecutive buffers (a weight and its two moments) lie about a third
+// of a way apart. The allocation's own start is kept in the 8 bytes just before the buffer.
+constexpr std::size_t kColourSpan = 4096;
+std::atomic<std::size_t> colours_taken{0};
 
 struct Pool {
   std::mutex mutex;
@@ -55,6 +63,8 @@ std::size_t cache_allowance(std::size_t live) {
   return std::max(kCacheFloor, mark > live ? mark - live : 0);
 }
 
+void release(void* p, std::size_t bytes) noexcept;
+
 // Frees cached buffers (the largest sizes first) until the cache holds at most `allowed` bytes.
 // Called with the pool's mutex held.
 void evict_to(Pool& p, std::size_t allowed) {
@@ -65,7 +75,7 @@ void evict_to(Pool& p, std::size_t allowed) {
     }
     if (largest == p.free_lists.end()) return;
     ASAN_UNPOISON_MEMORY_REGION(largest->second.back(), largest->first);
-    std::free(largest->second.back());
+    release(largest->second.back(), largest->first);
     largest->second.pop_back();
     p.cached -= largest->first;
   }
@@ -96,13 +106,28 @@ void reset_peak_tensor_bytes() { peak_bytes.store(live_bytes.load(std::memory_or
 namespace {
 
 void* fresh_allocation(std::size_t bytes) {
-  if (bytes >= kHugePage) {
-    const std::size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
-    void* out = std::aligned_alloc(kHugePage, rounded);
-    if (out != nullptr) ::madvise(out, rounded, MADV_HUGEPAGE);  // advice only: failure is harmless
-    return out;
+  if (bytes < kColouredBytes) return std::aligned_alloc(kAlignment, bytes);
+  const std::size_t offset = next_colour_offset();
+  // The 2 MiB pages the buffer would take uncoloured are advised to huge pages; the bytes its
+  // colour pushes into the page after them stay on 4 KiB pages (no 2 MiB page for 4 KiB).
+  const std::size_t pages = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  void* start = std::aligned_alloc(kHugePage, (bytes + kColourSpan + kHugePage - 1) / kHugePage * kHugePage);
+  if (start == nullptr) return nullptr;
+  ::madvise(start, pages, MADV_HUGEPAGE);  // advice only: failure is harmless
+  auto* out = static_cast<std::byte*>(start) + offset;
+  std::memcpy(out - sizeof(void*), &start, sizeof(void*));
+  return out;
+}
+
+// Gives a buffer of `bytes` from fresh_allocation back to the system.
+void release(void* p, std::size_t bytes) noexcept {
+  if (bytes >= kColouredBytes) {
+    void* start;
+    std::memcpy(&start, static_cast<std::byte*>(p) - sizeof(void*), sizeof(void*));
+    std::free(start);
+  } else {
+    std::free(p);
   }
-  return std::aligned_alloc(kAlignment, bytes);
 }
 
 }  // namespace
@@ -148,7 +173,12 @@ void pool_free(void* ptr, std::size_t bytes) noexcept {
       }
     }
   }
-  std::free(ptr);
+  release(ptr, bytes);
+}
+
+std::size_t next_colour_offset() {
+  const std::size_t lines = kColourSpan / kAlignment;
+  return (1 + colours_taken.fetch_add(1, std::memory_order_relaxed) * 21 % lines) * kAlignment;
 }
 
 void pool_release_cached() noexcept {

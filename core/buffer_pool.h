@@ -10,6 +10,15 @@
 // process keeps (live + cached) never exceeds the larger of its own high-water mark and
 // L + 512 MiB. A miss that raises L gives back (largest sizes first) what no longer fits; an
 // allocation the system refuses gives back the whole cache and is tried once more.
+//
+// Buffers of 2 MiB and more are coloured: each starts 64 to 4,096 bytes (a multiple of 64) past
+// a 2 MiB boundary, the offsets taken in turn (next_colour_offset), and the 2 MiB pages it would
+// take uncoloured are advised to transparent huge pages. Until 2026-11-29 every such buffer began
+// on the boundary, and the rows of a weight and of its two Adam moments, 4 KiB long in a block of
+// depth 1024 and streamed together by the one-pass update (core/kernels.h, thin_rows_adam), fell
+// in one set of the 12-way L1 with the gradient's rows the update keeps there: the two-rank step
+// of the tutorial's MLP at depth 1024 ran 6-8% faster with the arrays apart (docs/design.md, "The
+// step today").
 #pragma once
 
 #include <cstddef>
@@ -24,6 +33,12 @@ void pool_free(void* p, std::size_t bytes) noexcept;
 std::size_t pool_cached_bytes();
 // Returns every cached buffer to the system (the live ones are untouched).
 void pool_release_cached() noexcept;
+// The offset from a 4 KiB page's start at which the next coloured buffer begins: 64 to 4,096
+// bytes, the 64 multiples of 64 in turn with a stride of 21 (the i-th call: 64 (1 + 21 i mod 64)).
+// Also for arrays laid out as tensors are outside the pool (bench_train's floor).
+std::size_t next_colour_offset();
+// The smallest buffer that is coloured.
+inline constexpr std::size_t kColouredBytes = std::size_t{2} << 20;
 
 // Tensor storage accounting: the bytes of every Tensor buffer allocated and not yet freed in
 // this process (each rounded up to 64 bytes; the cache above is not counted), and the highest

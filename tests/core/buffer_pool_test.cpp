@@ -7,7 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <set>
 #include <vector>
 
@@ -94,6 +96,39 @@ TEST(BufferPool, ATensorOfNoBytesTakesNoBuffer) {
   { Tensor one({1}, DType::f32); }
   EXPECT_EQ(peak_tensor_bytes(), live_before + 64);
   EXPECT_EQ(pool_cached_bytes(), 64u);
+}
+
+// Buffers of 2 MiB and more are coloured: consecutive ones start at the offsets past a 2 MiB
+// boundary that next_colour_offset gives in turn (64 (1 + 21 i mod 64): three in a row pairwise
+// at least 1,344 bytes apart mod 4 KiB), every byte of each is usable, and each goes back to the
+// system whole (under the sanitizers, a wrong start given back to free or a write past the
+// allocation is reported). Smaller buffers are not coloured and take no turn.
+TEST(BufferPool, LargeBuffersStartAtColoursTakenInTurn) {
+  pool_release_cached();
+  const auto offset = [](const Tensor& t) { return reinterpret_cast<std::uintptr_t>(t.raw()) % 4096; };
+  ASSERT_EQ(kColouredBytes, 2 * kMiB);
+  for (const std::size_t bytes : {kColouredBytes, 3 * kMiB + 64, 4 * kMiB}) {
+    std::vector<Tensor> ts;
+    std::vector<std::size_t> expected;
+    // The offsets the next coloured buffers take are the turns after this call's.
+    const std::size_t turn = next_colour_offset() / 64 - 1;
+    for (int i = 0; i < 3; ++i) {
+      expected.push_back(64 * (1 + (turn + 21 * (i + 1)) % 64));
+      ts.push_back(of_bytes(bytes));
+      { Tensor small = of_bytes(kColouredBytes - 64); }  // not coloured: takes no turn
+    }
+    for (int i = 0; i < 3; ++i) {
+      SCOPED_TRACE(::testing::Message() << bytes << " bytes, buffer " << i);
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(ts[i].raw()) % (2 * kMiB), expected[i]);
+      for (int j = 0; j < i; ++j) {
+        const std::size_t apart = (offset(ts[i]) + 4096 - offset(ts[j])) % 4096;
+        EXPECT_GE(std::min(apart, 4096 - apart), 1344u);
+      }
+      std::memset(ts[i].raw(), 0xab, bytes);
+    }
+    ts.clear();
+    pool_release_cached();  // each back to the system from its own start
+  }
 }
 
 #if defined(__has_feature)
