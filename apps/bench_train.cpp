@@ -336,11 +336,11 @@ GemmRates measure_gemm_rates(std::int64_t m, std::int64_t n, std::int64_t k, boo
 }
 
 // The floor's arrays, mapped from the kernel and given back to it whole, laid out as tensor
-// storage is (core/buffer_pool.h): from 64 KiB on at the next colour's offset past a page, and
-// from 2 MiB on past a 2 MiB boundary, advised to transparent huge pages. Through std::vector they started 16 bytes past a
-// page, as malloc's large blocks do, and every vector access straddled cache lines: Adam's
-// streams ran at 33-34 GB/s on one core against 47-61 aligned, and the floor was not a lower
-// bound for an optimizer that reads aligned tensors. Through malloc, arrays freed before the
+// storage is (core/buffer_pool.h): page-aligned (64 bytes or more), and from 2 MiB on past a
+// 2 MiB boundary by the next colour's offset and advised to transparent huge pages. Through
+// std::vector they started 16 bytes past a page, as malloc's large blocks do, and every vector
+// access straddled cache lines: Adam's streams ran at 33-34 GB/s on one core against 47-61
+// aligned, and the floor was not a lower bound for an optimizer that reads aligned tensors. Through malloc, arrays freed before the
 // model's state is allocated would also raise glibc's mmap threshold to their size, so the
 // model's tensors below it would come from the heap (the peak RSS printed grew 195 -> 227 MB, the
 // transformer on 8 ranks). Until 2026-11-26 (seventh session) they were on 4 KiB pages, where
