@@ -340,10 +340,10 @@ GemmRates measure_gemm_rates(std::int64_t m, std::int64_t n, std::int64_t k, boo
 // 2 MiB boundary by the next colour's offset and advised to transparent huge pages. Through
 // std::vector they started 16 bytes past a page, as malloc's large blocks do, and every vector
 // access straddled cache lines: Adam's streams ran at 33-34 GB/s on one core against 47-61
-// aligned, and the floor was not a lower bound for an optimizer that reads aligned tensors. Through malloc, arrays freed before the
-// model's state is allocated would also raise glibc's mmap threshold to their size, so the
-// model's tensors below it would come from the heap (the peak RSS printed grew 195 -> 227 MB, the
-// transformer on 8 ranks). Until 2026-11-26 (seventh session) they were on 4 KiB pages, where
+// aligned, and the floor was not a lower bound for an optimizer that reads aligned tensors.
+// Through malloc, arrays freed before the model's state is allocated would also raise glibc's
+// mmap threshold to their size, so the model's tensors below it would come from the heap (the
+// peak RSS printed grew 195 -> 227 MB, the transformer on 8 ranks). Until 2026-11-26 (seventh session) they were on 4 KiB pages, where
 // the host gives huge pages only where asked, while the model's tensors were on huge ones (the
 // two streamed within the noise of each other in a scratch program: the layout is the step's).
 template <class T>
@@ -353,7 +353,7 @@ class MappedArray {
     constexpr std::size_t huge = std::size_t{2} << 20;
     const std::size_t bytes = n_ * sizeof(T);
     const bool coloured = bytes >= kColouredBytes;
-    mapped_ = (bytes >= huge ? bytes + huge : bytes) + (coloured ? 4096 : 0);
+    mapped_ = (bytes >= huge ? bytes + huge : bytes) + (coloured ? kColourSpan : 0);
     void* at = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (at == MAP_FAILED) throw std::bad_alloc();
     base_ = at;

@@ -25,11 +25,10 @@ constexpr std::size_t kCacheFloor = std::size_t{512} << 20;
 // on these machines a first touch costs a page fault per 4 KiB page, and faulting in 2.4 GB
 // took 9.1 s with 4 KiB pages, 1.1 s with huge ones (tests/collectives/large_transfer_test.cpp).
 constexpr std::size_t kHugePage = std::size_t{2} << 20;
-// Buffers of 2 MiB and more start a "colour" past their allocation's 2 MiB aligned start
-// (buffer_pool.h): 64 to 4,096 bytes, one of the 64 offsets of an L1 way, taken in turn with a
-// stride of 21 lines so that consecutive buffers (a weight and its two moments) lie about a third
-// of a way apart. The allocation's own start is kept in the 8 bytes just before the buffer.
-constexpr std::size_t kColourSpan = 4096;
+// Buffers of kColouredBytes and more start a colour (next_colour_offset) past their allocation's
+// 2 MiB aligned start (buffer_pool.h); the allocation's own start is kept in the 8 bytes just
+// before the buffer. The stride of 21 lines puts consecutive buffers (a weight and its two
+// moments) about a third of an L1 way apart.
 std::atomic<std::size_t> colours_taken{0};
 
 struct Pool {

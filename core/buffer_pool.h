@@ -39,6 +39,8 @@ void pool_release_cached() noexcept;
 std::size_t next_colour_offset();
 // The smallest buffer that is coloured.
 inline constexpr std::size_t kColouredBytes = std::size_t{2} << 20;
+// The most a coloured buffer starts past its boundary: what colouring adds to an allocation.
+inline constexpr std::size_t kColourSpan = 4096;
 
 // Tensor storage accounting: the bytes of every Tensor buffer allocated and not yet freed in
 // this process (each rounded up to 64 bytes; the cache above is not counted), and the highest
