@@ -10,8 +10,10 @@
 // held just before (VmHWM after resetting it), over its bytes of the state:
 // save_extra_rss_over_state and restore_extra_rss_over_state, the largest rank's. The save's
 // removal of the previous checkpoint runs on after it returns (SaveOptions::prune_in_background);
-// background_prune_wait_s is how long rank 0 then waits for it, outside both timings. One JSON
-// object per line.
+// background_prune_wait_s is how long rank 0 then waits for it, outside both timings.
+// restore_phases_s splits the restore by last_restore_phases(): the plan in every rank's hands,
+// the first and the last rank done reading, the return (each the slowest rank's, in seconds from
+// the call; medians over the repeats). One JSON object per line.
 //   bash scripts/mpirun/local.sh 8 build/apps/bench_checkpoint --state both
 #include <fcntl.h>
 #include <sys/statvfs.h>
