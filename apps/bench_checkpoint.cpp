@@ -10,8 +10,10 @@
 // held just before (VmHWM after resetting it), over its bytes of the state:
 // save_extra_rss_over_state and restore_extra_rss_over_state, the largest rank's. The save's
 // removal of the previous checkpoint runs on after it returns (SaveOptions::prune_in_background);
-// background_prune_wait_s is how long rank 0 then waits for it, outside both timings. One JSON
-// object per line.
+// background_prune_wait_s is how long rank 0 then waits for it, outside both timings.
+// restore_phases_s splits the restore by last_restore_phases(): the plan in every rank's hands,
+// the first and the last rank done reading, the return (each the slowest rank's, in seconds from
+// the call; medians over the repeats). One JSON object per line.
 //   bash scripts/mpirun/local.sh 8 build/apps/bench_checkpoint --state both
 #include <fcntl.h>
 #include <sys/statvfs.h>
@@ -205,6 +207,9 @@ void bench_state(const Mesh& mesh, const std::string& name, int layers, std::int
   agree_or_throw<IoError>(mesh.comm(), error);
   const TrainCheckpointMeta meta{0, "{\"layers\": " + std::to_string(layers) + ", \"depth\": " + std::to_string(depth) + "}", {}};
   std::vector<double> save_s, restore_s, write_s, read_s, prune_s;
+  // Each restore's phases (last_restore_phases) as the slowest rank saw them, and the first rank
+  // done reading: where the restore's time goes, repeat by repeat.
+  std::vector<double> planned_s, first_read_s, read_done_s, returned_s;
   // The most a save (a restore into the allocated target) adds to a rank's resident memory, over
   // that rank's bytes of the state: the largest rank's, over all repeats.
   double save_extra = 0, restore_extra = 0;
@@ -228,6 +233,14 @@ void bench_state(const Mesh& mesh, const std::string& name, int layers, std::int
     start = Clock::now();
     extra = peak_extra_bytes([&] { restore_train_state_into(file, target); });
     restore_s.push_back(slowest_rank(mesh, seconds_since(start)));
+    const RestorePhases phases = last_restore_phases();
+    double slowest[3] = {phases.planned, phases.read, phases.returned}, first_read = phases.read;
+    MPI_Allreduce(MPI_IN_PLACE, slowest, 3, MPI_DOUBLE, MPI_MAX, mesh.comm().handle());
+    MPI_Allreduce(MPI_IN_PLACE, &first_read, 1, MPI_DOUBLE, MPI_MIN, mesh.comm().handle());
+    planned_s.push_back(slowest[0]);
+    first_read_s.push_back(first_read);
+    read_done_s.push_back(slowest[1]);
+    returned_s.push_back(slowest[2]);
     rss_known = rss_known && extra >= 0;
     restore_extra = std::max(restore_extra, static_cast<double>(extra) / static_cast<double>(rank_bytes));
     const auto saved = arrays_of(state), restored = arrays_of(target);
@@ -276,7 +289,9 @@ void bench_state(const Mesh& mesh, const std::string& name, int layers, std::int
         << ", \"restore_vs_plain_read_paired\": " << paired_ratio(read_s, restore_s)
         << ", \"save_s_range\": " << range_json(save_s) << ", \"restore_s_range\": " << range_json(restore_s)
         << ", \"plain_write_s_range\": " << range_json(write_s) << ", \"plain_read_s_range\": " << range_json(read_s)
-        << ", \"background_prune_wait_s\": " << median(prune_s);
+        << ", \"restore_phases_s\": {\"planned\": " << median(planned_s) << ", \"first_read\": "
+        << median(first_read_s) << ", \"read\": " << median(read_done_s) << ", \"returned\": " << median(returned_s)
+        << "}, \"background_prune_wait_s\": " << median(prune_s);
     if (known == 1) {
       out << ", \"save_extra_rss_over_state\": " << extras[0] << ", \"restore_extra_rss_over_state\": " << extras[1];
     } else {

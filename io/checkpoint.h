@@ -70,6 +70,19 @@ CheckpointState restore_checkpoint(const std::string& dir_or_file, const Checkpo
 // On an error (the same IoError on every rank) the arrays' contents are unspecified.
 void restore_checkpoint_into(const std::string& dir_or_file, CheckpointState& target);
 
+// Where this rank's last successful restore (restore_checkpoint_into, and the restores built on
+// it) spent its time, in seconds from its start on this rank: `planned` when this rank held the
+// plan (the file resolved, rank 0's plan of its metadata broadcast), `read` when its blocks were
+// read and checked, `returned` when it returned (after every rank had read and the outcome was
+// agreed). All zero before the first. For benchmarks: bench_checkpoint reports each phase as the
+// slowest rank saw it (`restore_phases_s`). Local (no MPI).
+struct RestorePhases {
+  double planned = 0;
+  double read = 0;
+  double returned = 0;
+};
+RestorePhases last_restore_phases();
+
 // The newest complete checkpoint in `dir`, or nullopt. Local (no MPI).
 std::optional<std::string> latest_checkpoint(const std::string& dir);
 // The checkpoint file a path names: the path itself, or for a directory its newest complete

@@ -42,6 +42,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -594,9 +595,20 @@ CheckShare check_share(const ShardedTensor& want, const std::vector<int>& leader
   return share;
 }
 
+// The phases of this process's last successful restore (last_restore_phases).
+RestorePhases last_phases;
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 }  // namespace
 
+RestorePhases last_restore_phases() { return last_phases; }
+
 void restore_checkpoint_into(const std::string& dir_or_file, CheckpointState& target) {
+  const auto start = std::chrono::steady_clock::now();
+  RestorePhases phases;
   quiet_hdf5_errors();
   // TESSERA_COLLECTIVE_CHECK: every rank is at this restore, from the same directory or file (as
   // at a save).
@@ -627,6 +639,7 @@ void restore_checkpoint_into(const std::string& dir_or_file, CheckpointState& ta
   comm.barrier_sleeping();
   checkpoint_io::agree_or_throw_io(comm, error);
   const RestorePlan plan = deserialize(broadcast_string(comm, plan_bytes, 0));
+  phases.planned = seconds_since(start);
   const bool through_hdf5 = std::any_of(plan.arrays.begin(), plan.arrays.end(),
                                         [](const ArrayPlan& array) { return array.kind == ArrayPlan::Kind::hdf5; });
   // Who checks which chunks: arrays with blocks replicated on one node split the checks. Whether
@@ -669,6 +682,7 @@ void restore_checkpoint_into(const std::string& dir_or_file, CheckpointState& ta
       }
     });
   }
+  phases.read = seconds_since(start);
   // Ranks done reading sleep until the last one is (see the top of the file); then every rank
   // closes (collective) whatever happened, and the outcome is agreed.
   comm.barrier_sleeping();
@@ -680,6 +694,8 @@ void restore_checkpoint_into(const std::string& dir_or_file, CheckpointState& ta
   target.step = plan.step;
   target.seed = plan.seed;
   target.config = plan.config;
+  phases.returned = seconds_since(start);
+  last_phases = phases;
 }
 
 CheckpointState restore_checkpoint(const std::string& dir_or_file, const CheckpointState& target) {

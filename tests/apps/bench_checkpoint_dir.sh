@@ -3,7 +3,7 @@
 # state) runs with --dir WORKDIR/given, which already holds a file and a checkpoint of another
 # run (a file named as one). Both must be there afterwards, unchanged, and nothing else: the run
 # saves, prunes and removes only in a directory of its own, which is gone when it ends. Its
-# result line's medians, ranges and paired ratios must agree with each other.
+# result line's medians, ranges, paired ratios and restore phases must agree with each other.
 set -euo pipefail
 work=$1
 shift
@@ -31,6 +31,12 @@ for line in open(sys.argv[1]):
         value = d[ratio]
         assert d[plain + "_range"][0] / d[timed + "_range"][1] <= value * (1 + 1e-3), ratio
         assert value <= d[plain + "_range"][1] / d[timed + "_range"][0] * (1 + 1e-3), ratio
+    # The restore's phases as its slowest rank saw them, each repeat's in order and within the
+    # restore's own time, so their medians too (the first rank done reading before the last).
+    p = d["restore_phases_s"]
+    assert 0 < p["planned"] <= p["read"] <= p["returned"], p
+    assert 0 < p["first_read"] <= p["read"], p
+    assert p["returned"] <= d["restore_s"] * (1 + 1e-3), (p, d["restore_s"])
 PY
 [ "$(cat "$work/given/notes.txt")" = "keep me" ] || fail "notes.txt was changed or removed"
 [ "$(cat "$work/given/ckpt_00000001.h5")" = "a checkpoint of another run" ] ||

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -364,6 +365,34 @@ TEST(CheckpointRoundTrip, BorrowedArraysSaveFromAndRestoreIntoTheCallersTensors)
     }
     io_testing::expect_state_equals_reference(tensors, defs, "borrowed target on " + shape.to_string());
   }
+}
+
+// last_restore_phases: the plan, the reads and the return of the last successful restore, in
+// order and within the call's own time on this rank; a restore that fails leaves them as they were.
+TEST(CheckpointRoundTrip, RestorePhasesAreInOrderAndOnlyASuccessfulRestoreSetsThem) {
+  const auto defs = model_arrays();
+  Mesh mesh = Mesh::world(meshes_of_size(world_size()).front());
+  const CheckpointState saved = varied_state(mesh, defs, 0, true);
+  TempDir dir("phases");
+  save_checkpoint(saved, dir.path());
+  CheckpointState target = varied_state(mesh, defs, 1, false);
+  const auto start = std::chrono::steady_clock::now();
+  restore_checkpoint_into(dir.path(), target);
+  const double call = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const RestorePhases phases = last_restore_phases();
+  EXPECT_GT(phases.planned, 0.0);
+  EXPECT_LE(phases.planned, phases.read);
+  EXPECT_LE(phases.read, phases.returned);
+  EXPECT_LE(phases.returned, call);
+  io_testing::expect_state_equals_reference(target, defs, "the restore timed");
+
+  const std::string message =
+      io_testing::io_error_of([&] { restore_checkpoint_into(dir.path() + "/no_such_file.h5", target); });
+  EXPECT_FALSE(message.empty());
+  const RestorePhases after = last_restore_phases();
+  EXPECT_EQ(after.planned, phases.planned);
+  EXPECT_EQ(after.read, phases.read);
+  EXPECT_EQ(after.returned, phases.returned);
 }
 
 TEST(CheckpointRoundTrip, PartialSourceIsRefusedOnEveryRank) {
