@@ -28,6 +28,13 @@
 // of the CPUs before it (time_steps; untimed_steps counts them with the warmup). comm_ms_median
 // is the median over the timed steps of the most time a rank spent inside tessera's collectives
 // in the step (CommStats::seconds): its waits for the other ranks and its copies through them.
+// update_ms_median is the same for the time inside the optimizer's update (StepTimes, less its
+// collectives: with weights updated in one pass, their backward products too), and where every
+// parameter is updated in one pass (the MLP on AVX-512) update_floor_ms is that update's bound on a
+// rank computing alone (each pass the longer of its products and its streams; compute_floor_ms
+// holds it times ranks_per_core) and update_ratio the one over the other; null otherwise. On ranks
+// that share a core a rank's time inside its update also counts any turns the others take on the
+// core meanwhile, so there the ratio is an upper estimate.
 // One JSON object per line on stdout (rank 0).
 //   scripts/mpirun/local.sh 8 build/apps/bench_train --layers 8 --depth 4096
 #include <mpi.h>
@@ -639,6 +646,9 @@ struct Measured {
   int untimed_steps = 0;        // steps run and not timed: the warmup, and one after each probe
   double comm_bytes = 0;       // bytes one rank sends in one step (CommStats), the most of any rank
   std::vector<double> comm_ms;  // per timed step, the most time a rank spent inside collectives
+  // Per timed step, the most time a rank spent inside the optimizer's update outside collectives
+  // (StepTimes): with weights updated in one pass, their backward products as well.
+  std::vector<double> update_ms;
   std::vector<nn::RowUpdate> row_updates;  // parameters a step updates in rows, inside their layer's backward
   double flops_per_rank = 0;   // matrix FLOPs of one step on one rank
   // Of them, the forward products' that read a weight (the MLP; 0 for the transformer): each
@@ -675,6 +685,7 @@ void time_steps(const Options& o, nn::TrainState& state, const nn::Optimizer& op
   options.times = &times;
   w.ms.clear();
   w.comm_ms.clear();
+  w.update_ms.clear();
   w.step_ns.clear();
   const std::int64_t first_step = state.step;
   for (int i = 0; i < o.warmup + o.steps; ++i) {
@@ -689,11 +700,13 @@ void time_steps(const Options& o, nn::TrainState& state, const nn::Optimizer& op
     const auto start = clock_type::now();
     nn::train_step(state, optimizer, loss_fn, batch, options);
     // A step ends when its slowest rank ends; its time in collectives is the most any rank spent.
-    double ms[2] = {seconds_since(start) * 1e3, (CommStats::global().seconds() - comm_before) * 1e3};
-    MPI_Allreduce(MPI_IN_PLACE, ms, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    double ms[3] = {seconds_since(start) * 1e3, (CommStats::global().seconds() - comm_before) * 1e3,
+                    std::max(0.0, times.optimizer_seconds - times.optimizer_comm_seconds) * 1e3};
+    MPI_Allreduce(MPI_IN_PLACE, ms, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (timed) {
       w.ms.push_back(ms[0]);
       w.comm_ms.push_back(ms[1]);
+      w.update_ms.push_back(ms[2]);
     }
     if (i == o.warmup + o.steps - 1) w.comm_bytes = allreduce(static_cast<double>(scope.total_bytes()), MPI_MAX);
   }
@@ -1009,6 +1022,10 @@ constexpr int kPlacementTries = 4;
 struct Floor {
   double compute_ms = 0, memory_ms = 0, row_overlap_ms = 0, forward_overlap_ms = 0;
   double row_params = 0;  // parameters updated in rows, whose Adam streams are rows_stream's
+  // The one-pass updates' bound on one rank computing alone (each the longer of its products and
+  // its streams): compute_ms holds it times the core's share. NaN unless every parameter is
+  // updated in one pass.
+  double update_ms = std::nan("");
   double ms() const { return std::max(compute_ms, memory_ms); }
 };
 Floor floor_at(const FloorRates& f, const Measured& w, double bytes_per_rank, double share) {
@@ -1024,16 +1041,23 @@ Floor floor_at(const FloorRates& f, const Measured& w, double bytes_per_rank, do
   // (RowUpdate::one_pass) streams Adam's state (24 bytes a parameter: no gradient crosses memory)
   // while it computes them: that pass is charged the longer of its products and its streams
   // (docs/design.md, "Performance model").
-  double row_overlap = 0, own_row_params = 0;
+  double row_overlap = 0, own_row_params = 0, one_pass_update = 0;
+  bool all_one_pass = !w.row_updates.empty();
   for (const nn::RowUpdate& u : w.row_updates) {
     const double elements = static_cast<double>(u.elements);
     own_row_params += elements;
-    row_overlap += u.one_pass
-                       ? std::min((u.input_grad_flops + u.weight_grad_flops) / gemm_rate, 24.0 * elements / rows_alone)
-                       : std::min(u.input_grad_flops / gemm_rate, 4.0 * elements / bw_alone);
+    const double products = (u.input_grad_flops + u.weight_grad_flops) / gemm_rate, streams = 24.0 * elements / rows_alone;
+    row_overlap += u.one_pass ? std::min(products, streams)
+                              : std::min(u.input_grad_flops / gemm_rate, 4.0 * elements / bw_alone);
+    one_pass_update += std::max(products, streams);
+    all_one_pass = all_one_pass && u.one_pass;
   }
   row_overlap = allreduce(row_overlap, MPI_MAX);
   const double row_params = allreduce(own_row_params, MPI_MAX);
+  one_pass_update = allreduce(one_pass_update, MPI_MAX);
+  // Every rank's parameters alike: one rank's weights all in one pass is every rank's.
+  all_one_pass = allreduce(all_one_pass ? 1.0 : 0.0, MPI_MIN) > 0 &&
+                 own_row_params == static_cast<double>(w.local_params);
   // The other 4 bytes of a weight updated in rows are its forward product's read of it: nothing
   // written, charged at read_stream's rate (a read-only pass over the rank's weights).
   // The forward's product reads its weight from memory while it computes (skinny_rows prefetches
@@ -1054,6 +1078,7 @@ Floor floor_at(const FloorRates& f, const Measured& w, double bytes_per_rank, do
   out.row_overlap_ms = 1e3 * row_overlap;
   out.forward_overlap_ms = 1e3 * forward_overlap;
   out.row_params = row_params;
+  if (all_one_pass) out.update_ms = 1e3 * one_pass_update;
   return out;
 }
 
@@ -1225,7 +1250,8 @@ int run(const Options& o, int world_rank, int world_size) {
         "\"params_per_rank\":%.0f,\"state_params_per_rank\":%.0f,\"comm_mb_per_rank\":%.3f,\"comm_ms_median\":%.3f,\"row_updates\":%zu,\"one_pass_updates\":%zu,"
         "\"row_overlap_ms\":%.3f,\"forward_overlap_ms\":%.3f,\"row_params_per_rank\":%.0f,\"peak_rss_mb\":%.1f,"
         "\"floor_ms_slower_rates\":%.3f,\"cpu_pair_ns\":%.1f,\"rate_sets\":%zu,\"steps_same_placement\":%zu,"
-        "\"floor_ms_same_placement\":%s,\"ratio_same_placement\":%s}\n",
+        "\"floor_ms_same_placement\":%s,\"ratio_same_placement\":%s,\"update_ms_median\":%.3f,"
+        "\"update_floor_ms\":%s,\"update_ratio\":%s}\n",
         o.model.c_str(), mesh_shape.to_string().c_str(), world_size, static_cast<long long>(o.batch), o.layers,
         sizes, o.scan ? "true" : "false", o.steps, w.untimed_steps, med,
         *std::min_element(ms.begin(), ms.end()), *std::max_element(ms.begin(), ms.end()), floor_ms, med / floor_ms,
@@ -1235,7 +1261,8 @@ int run(const Options& o, int world_rank, int world_size) {
         static_cast<std::size_t>(std::count_if(w.row_updates.begin(), w.row_updates.end(),
                                                [](const nn::RowUpdate& u) { return u.one_pass; })),
         floor.row_overlap_ms, floor.forward_overlap_ms, floor.row_params, peak_rss / 1e6, slower_floor_ms, step_ns,
-        sets.size(), placed_ms.size(), json(placed_floor_ms).c_str(), json(placed_ratio).c_str());
+        sets.size(), placed_ms.size(), json(placed_floor_ms).c_str(), json(placed_ratio).c_str(), median(w.update_ms),
+        json(floor.update_ms).c_str(), json(median(w.update_ms) / floor.update_ms).c_str());
     std::fflush(stdout);
   }
   return 0;

@@ -46,6 +46,12 @@
 # placement in the 2 + 4 sets of them.
 # And comm_ms_median, the time inside collectives: 0 on one rank, else above 0 and at most
 # ms_median.
+# And update_ms_median, the time inside the optimizer's update: above 0 and at most ms_median;
+# with every weight updated in one pass, update_floor_ms, its bound on a rank alone (compute_floor_ms
+# holds it max(1, ranks_per_core) times):
+#   1e3 * ((2 x layers - 1) * max(2 x matmul FLOPs / gemm rate, 24 bytes x block / rows bandwidth alone)
+#          + max(matmul FLOPs / gemm rate, 24 bytes x block / rows bandwidth alone))
+# and update_ratio = update_ms_median / update_floor_ms; both null otherwise.
 set -uo pipefail
 out=$("$@") || { echo "FAIL: bench_train exited with $?" >&2; exit 1; }
 echo "$out"
@@ -122,6 +128,20 @@ if step["ranks"] == 1:
     assert step["comm_ms_median"] == 0, step
 else:
     assert 0 < step["comm_ms_median"] <= step["ms_median"] + 1e-3, step
+# The time inside the optimizer's update: some, and in each step at most the step's (both the
+# most of any rank), so its median at most the steps'. Where every weight is updated in one pass,
+# the update's bound on a rank alone: each pass the longer of its products and its streams.
+assert 0 < step["update_ms_median"] <= step["ms_median"] + 1e-3, step
+if step["one_pass_updates"] == 2 * layers:
+    def whole_pass(gflop):
+        return max(gflop / max(rates), 24 * block * 1e-9 / rows_alone)
+    update = 1e3 * ((2 * layers - 1) * whole_pass(2 * matmul_gflop) + whole_pass(matmul_gflop))
+    assert abs(step["update_floor_ms"] - update) <= 1e-2 * update, (step["update_floor_ms"], update)
+    assert step["update_floor_ms"] * max(1.0, share) <= step["compute_floor_ms"] * (1 + 1e-2), step
+    ratio = step["update_ms_median"] / step["update_floor_ms"]
+    assert abs(step["update_ratio"] - ratio) <= 1e-2 * ratio, (step["update_ratio"], ratio)
+else:
+    assert step["update_floor_ms"] is None and step["update_ratio"] is None, step
 # The same floor at the slower of each rate's two measurements: never below the floor.
 assert step["floor_ms_slower_rates"] >= step["floor_ms"] * (1 - 1e-2), step
 # The floor of the steps' placement.
