@@ -1055,9 +1055,10 @@ Floor floor_at(const FloorRates& f, const Measured& w, double bytes_per_rank, do
   row_overlap = allreduce(row_overlap, MPI_MAX);
   const double row_params = allreduce(own_row_params, MPI_MAX);
   one_pass_update = allreduce(one_pass_update, MPI_MAX);
-  // Every rank's parameters alike: one rank's weights all in one pass is every rank's.
-  all_one_pass = allreduce(all_one_pass ? 1.0 : 0.0, MPI_MIN) > 0 &&
-                 own_row_params == static_cast<double>(w.local_params);
+  // Defined where every rank updates all of its parameters in one pass (agreed, so that no rank's
+  // answer is its own).
+  all_one_pass = all_one_pass && own_row_params == w.local_params;
+  all_one_pass = allreduce(all_one_pass ? 1.0 : 0.0, MPI_MIN) > 0;
   // The other 4 bytes of a weight updated in rows are its forward product's read of it: nothing
   // written, charged at read_stream's rate (a read-only pass over the rank's weights).
   // The forward's product reads its weight from memory while it computes (skinny_rows prefetches
