@@ -350,9 +350,10 @@ GemmRates measure_gemm_rates(std::int64_t m, std::int64_t n, std::int64_t k, boo
 // aligned, and the floor was not a lower bound for an optimizer that reads aligned tensors.
 // Through malloc, arrays freed before the model's state is allocated would also raise glibc's
 // mmap threshold to their size, so the model's tensors below it would come from the heap (the
-// peak RSS printed grew 195 -> 227 MB, the transformer on 8 ranks). Until 2026-11-26 (seventh session) they were on 4 KiB pages, where
-// the host gives huge pages only where asked, while the model's tensors were on huge ones (the
-// two streamed within the noise of each other in a scratch program: the layout is the step's).
+// peak RSS printed grew 195 -> 227 MB, the transformer on 8 ranks). Until 2026-11-26 (seventh
+// session) they were on 4 KiB pages, where the host gives huge pages only where asked, while the
+// model's tensors were on huge ones (the two streamed within the noise of each other in a scratch
+// program: the layout is the step's).
 template <class T>
 class MappedArray {
  public:
@@ -1046,7 +1047,8 @@ Floor floor_at(const FloorRates& f, const Measured& w, double bytes_per_rank, do
   for (const nn::RowUpdate& u : w.row_updates) {
     const double elements = static_cast<double>(u.elements);
     own_row_params += elements;
-    const double products = (u.input_grad_flops + u.weight_grad_flops) / gemm_rate, streams = 24.0 * elements / rows_alone;
+    const double products = (u.input_grad_flops + u.weight_grad_flops) / gemm_rate;
+    const double streams = 24.0 * elements / rows_alone;
     row_overlap += u.one_pass ? std::min(products, streams)
                               : std::min(u.input_grad_flops / gemm_rate, 4.0 * elements / bw_alone);
     one_pass_update += std::max(products, streams);
