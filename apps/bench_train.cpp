@@ -224,7 +224,7 @@ double probe_cpu_pair(const cpu_set_t& node) {
   return pinned ? best : 0;
 }
 
-// probe_cpu_pair on rank 0 while the other ranks nap (barrier_sleeping: a rank polling in MPI
+// probe_cpu_pair on rank 0 while the other ranks sleep (barrier_sleeping: a rank polling in MPI
 // would take a probed CPU), broadcast to every rank. Collective. The placement it sees is that
 // of rank 0's node.
 double cpu_pair_ns() {
@@ -246,8 +246,8 @@ double cpu_pair_ns() {
 // `runs` false (with `together`): this rank takes part in every agreement but does no work.
 template <class Work>
 double best_rate(Work&& work, double seconds, bool together, bool runs = true) {
-  // Ranks that are done, or that do not run (concurrent_rate), wait asleep (barrier_sleeping,
-  // 100 us naps): MPI's polling barrier takes turns on the cores from the ranks still running.
+  // Ranks that are done, or that do not run (concurrent_rate), wait asleep (barrier_sleeping):
+  // MPI's polling barrier takes turns on the cores from the ranks still running.
   const auto sync = [&] {
     if (together) Communicator::world().barrier_sleeping(100);
   };
@@ -299,7 +299,7 @@ double alone_rate(Work&& work, double seconds) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   double best = rank == 0 ? best_rate(work, seconds, false) : 0;
-  Communicator::world().barrier_sleeping(1000);  // 1 ms naps
+  Communicator::world().barrier_sleeping(1000);  // across nodes, 1 ms naps
   MPI_Bcast(&best, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   return best;
 }
@@ -676,7 +676,7 @@ using BeforeState = std::function<void(const Measured&)>;
 // step), w.row_updates the parameters that step updated in rows (StepTimes) and w.step_ns where
 // the node's CPUs ran around each timed step. Each probe of the CPUs (cpu_pair_ns) is followed
 // by one untimed step, then the timed one: the probe leaves the cores to its two threads while
-// the other ranks nap, and the step right after it ran slower than a step right after another
+// the other ranks sleep, and the step right after it ran slower than a step right after another
 // (on the Intel host of docs/design.md, 2 ranks at depth 1024: 3.32-3.75 ms against 3.09-3.12
 // with no probe, and 3.16-3.19 with the untimed step between, three interleaved rounds). A
 // timed step so starts as a training run's steps do, right after the one before it.

@@ -85,6 +85,12 @@ Communicator Communicator::split_shared() const {
 void Communicator::barrier() const { check_mpi(MPI_Barrier(comm_), "MPI_Barrier"); }
 
 void Communicator::barrier_sleeping(long pause_us) const {
+  // One node: the channel's barrier, asleep on its futex until the last rank wakes the others
+  // (no naps: no wake-ups that take the CPU from the ranks still working, and no nap's delay).
+  if (NodeChannel* channel = node_channel()) {
+    channel->barrier(/*asleep=*/true);
+    return;
+  }
   MPI_Request request = MPI_REQUEST_NULL;
   check_mpi(MPI_Ibarrier(comm_, &request), "MPI_Ibarrier");
   const timespec pause{pause_us / 1000000, (pause_us % 1000000) * 1000};

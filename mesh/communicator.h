@@ -37,9 +37,11 @@ class Communicator {
   // The ranks that share memory with this one (one node).
   Communicator split_shared() const;
   void barrier() const;
-  // A barrier whose waiting ranks sleep `pause_us` microseconds between tests instead of polling
-  // MPI's progress loop: for a rank that finishes long work (file I/O) before the others, so that
-  // it takes no CPU from ranks still working on the same cores (more ranks than cores).
+  // A barrier whose waiting ranks sleep instead of polling MPI's progress loop: for a rank that
+  // finishes long work (file I/O) before the others, so that it takes no CPU from ranks still
+  // working on the same cores (more ranks than cores). On one node (a node channel) they sleep on
+  // the channel's futex until the last rank comes and wakes them; across nodes they sleep
+  // `pause_us` microseconds between tests of an MPI_Ibarrier. Collective, like node_channel().
   void barrier_sleeping(long pause_us = 100) const;
 
   // Shared memory among this communicator's ranks when they all run on one node

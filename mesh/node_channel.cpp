@@ -173,7 +173,7 @@ std::byte* NodeChannel::buffer(std::uint64_t which) const {
   return base_ + which * static_cast<std::size_t>(size_) * static_cast<std::size_t>(slot_bytes_);
 }
 
-void NodeChannel::barrier() {
+void NodeChannel::barrier(bool asleep) {
   ++phase_;
   Header& h = *header_;
   const std::uint32_t generation = h.generation.load(std::memory_order_acquire);
@@ -185,7 +185,7 @@ void NodeChannel::barrier() {
     return;
   }
   const auto start = std::chrono::steady_clock::now();
-  for (unsigned i = 1;; ++i) {
+  for (unsigned i = 1; !asleep; ++i) {
     if (h.generation.load(std::memory_order_acquire) != generation) return;
     if (yield_) {
       sched_yield();

@@ -15,7 +15,7 @@
 // generation. Waiting ranks spin (fewer ranks than cores) or yield the core (as many ranks as
 // cores or more, so the rank they wait for runs), and after kSleepAfter of waiting sleep on a futex of
 // the generation, which the last rank wakes: a rank waiting on another's long computation or
-// file I/O takes no CPU.
+// file I/O takes no CPU. barrier(true) sleeps at once (Communicator::barrier_sleeping).
 //
 // Created (collectively) by Communicator::node_channel; internal to the collectives layer.
 #pragma once
@@ -60,8 +60,10 @@ class NodeChannel {
   std::byte* slot() { return region() + rank_ * slot_bytes_; }
   // The buffer the phase before wrote, readable until the next barrier.
   const std::byte* previous_region() const { return buffer((phase_ + 1) & 1); }
-  // Ends this phase on every rank: returns once every rank has called it.
-  void barrier();
+  // Ends this phase on every rank: returns once every rank has called it. With `asleep`, a rank
+  // that waits sleeps on the futex at once, without spinning or yielding first: for ranks done
+  // long before the others (Communicator::barrier_sleeping).
+  void barrier(bool asleep = false);
 
  private:
   struct Header;

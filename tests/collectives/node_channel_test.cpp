@@ -238,6 +238,60 @@ TEST(NodeChannel, ALongWaitSleepsAndWakes) {
   }
 }
 
+// This thread's voluntary context switches so far (each sleep that ends, each wait for the kernel).
+long voluntary_switches() {
+  rusage usage{};
+  getrusage(RUSAGE_THREAD, &usage);
+  return usage.ru_nvcsw;
+}
+
+// Communicator::barrier_sleeping on a communicator with a channel sleeps on the channel's futex
+// at once: over a 300 ms wait for rank 0, a waiting rank's thread sleeps a few times (the futex's
+// 50 ms timeouts), where naps of 100 us between tests of an MPI_Ibarrier slept about 2,000 times.
+TEST(NodeChannel, BarrierSleepingSleepsOnTheChannelUntilTheLastRankComes) {
+  const Communicator comm = Communicator::world().dup();
+  NodeChannel* channel = comm.node_channel();
+  if (channel == nullptr) GTEST_SKIP() << "one rank";
+  comm.barrier_sleeping();
+  const long switches_before = voluntary_switches();
+  const auto start = std::chrono::steady_clock::now();
+  if (comm.rank() == 0) {
+    const timespec pause{0, 300'000'000};
+    nanosleep(&pause, nullptr);
+  }
+  comm.barrier_sleeping();
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const long switches = voluntary_switches() - switches_before;
+  EXPECT_GE(waited, 0.29);
+  if (comm.rank() != 0) {
+    EXPECT_LT(switches, 40) << "waited " << waited << " s";
+  }
+}
+
+// barrier_sleeping is a barrier with a channel and without one (TESSERA_SHM_COLLECTIVES=0: an
+// MPI_Ibarrier and naps): no rank leaves before the last has come. Rank r comes 15 r ms late;
+// each rank's arrival is gathered afterwards and compared with every rank's departure (one node:
+// one steady clock).
+TEST(NodeChannel, BarrierSleepingLetsNoRankLeaveBeforeTheLastComes) {
+  for (const bool channel : {true, false}) {
+    if (!channel) setenv("TESSERA_SHM_COLLECTIVES", "0", 1);
+    const Communicator comm = Communicator::world().dup();
+    EXPECT_EQ(comm.node_channel() != nullptr, channel && comm.size() > 1);  // the setting read here
+    unsetenv("TESSERA_SHM_COLLECTIVES");
+    comm.barrier_sleeping();
+    const timespec pause{0, 15'000'000L * comm.rank()};
+    nanosleep(&pause, nullptr);
+    const double arrived = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    comm.barrier_sleeping();
+    const double left = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    std::vector<double> arrivals(static_cast<std::size_t>(comm.size()));
+    MPI_Allgather(&arrived, 1, MPI_DOUBLE, arrivals.data(), 1, MPI_DOUBLE, comm.handle());
+    for (int r = 0; r < comm.size(); ++r) {
+      EXPECT_GE(left, arrivals[static_cast<std::size_t>(r)]) << "rank " << r << (channel ? ", channel" : ", naps");
+    }
+  }
+}
+
 struct Case {
   DType dtype;
   ReduceOp op;
