@@ -247,7 +247,8 @@ long voluntary_switches() {
 
 // Communicator::barrier_sleeping on a communicator with a channel sleeps on the channel's futex
 // at once: over a 300 ms wait for rank 0, a waiting rank's thread sleeps a few times (the futex's
-// 50 ms timeouts), where naps of 100 us between tests of an MPI_Ibarrier slept about 2,000 times.
+// 50 ms timeouts), where naps of 100 us between tests of an MPI_Ibarrier sleep once a nap (with
+// them, as until the thirty-fifth session, this test fails).
 TEST(NodeChannel, BarrierSleepingSleepsOnTheChannelUntilTheLastRankComes) {
   const Communicator comm = Communicator::world().dup();
   NodeChannel* channel = comm.node_channel();
