@@ -62,9 +62,9 @@ fi
 # hwloc's discovery of I/O devices, in mpirun and again in every rank, reads each PCI device's
 # configuration space, which on a virtual machine traps to the hypervisor for every read; Open MPI
 # on one node needs the CPUs' topology only (shared memory; binding). Leaving the I/O components
-# out took the CPU time of starting an empty 8-rank program from 1.22 to 1.03 s on a Zen 5 guest
-# (docs/design.md, "Running MPI on these machines"). A choice of the caller's (HWLOC_COMPONENTS
-# set, even empty) stands.
+# out took the CPU time of starting an empty 8-rank program from 1.40 to 1.14-1.22 s on a Zen 5
+# guest (docs/design.md, "Running MPI on these machines"). A choice of the caller's
+# (HWLOC_COMPONENTS set, even empty) stands.
 export HWLOC_COMPONENTS=${HWLOC_COMPONENTS--pci,-linuxio}
 # mpirun's own banner after a rank exits non-zero is noise next to the program's one message;
 # TESSERA_MPIRUN_VERBOSE=1 brings it back.
