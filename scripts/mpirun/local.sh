@@ -11,13 +11,17 @@ if [ $# -lt 2 ]; then
 fi
 n=$1
 shift
-source "$(dirname "${BASH_SOURCE[0]}")/launch_checks.sh"
+# This script's folder without a `dirname` process: on a virtual machine every fork and exec costs
+# milliseconds, and the test suites start this script hundreds of times.
+here=${BASH_SOURCE[0]%/*}
+[ "$here" = "${BASH_SOURCE[0]}" ] && here=.
+source "$here/launch_checks.sh"
 check_rank_count local.sh "$n"
 check_program local.sh "$1"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # The Open MPI settings of every launch (single copy off, ROMIO, shared memory's eager limit and
 # fragment size): scripts/mpirun/mca-params.conf, read by mca_flags.sh.
-source "$(dirname "${BASH_SOURCE[0]}")/mca_flags.sh"
+source "$here/mca_flags.sh"
 # Binding: where N is a whole multiple (2 or more) of the CPUs this process may use, each rank is
 # bound to one of them in turn (rank r to the (r mod CPUs)-th), so that the ranks sharing a CPU
 # stay on it and keep its caches. The transformer's step on 8 ranks of 2 CPUs ran faster bound in
@@ -28,7 +32,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/mca_flags.sh"
 # slow, where the scheduler shares the CPUs out. TESSERA_LOCAL_BIND=none leaves every launch unbound.
 cpus=$(nproc)
 case "${TESSERA_LOCAL_BIND:-auto}" in
-  auto) bind=$([ "$n" -gt "$cpus" ] && [ $((n % cpus)) -eq 0 ] && echo hwthread || echo none) ;;
+  auto) if [ "$n" -gt "$cpus" ] && [ $((n % cpus)) -eq 0 ]; then bind=hwthread; else bind=none; fi ;;
   none) bind=none ;;
   *)
     echo "local.sh: TESSERA_LOCAL_BIND must be unset, auto or none, got '$TESSERA_LOCAL_BIND'" >&2
@@ -58,9 +62,9 @@ fi
 # hwloc's discovery of I/O devices, in mpirun and again in every rank, reads each PCI device's
 # configuration space, which on a virtual machine traps to the hypervisor for every read; Open MPI
 # on one node needs the CPUs' topology only (shared memory; binding). Leaving the I/O components
-# out took the CPU time of starting an empty 8-rank program from 1.22 to 1.03 s on a Zen 5 guest
-# (docs/design.md, "Running MPI on these machines"). A choice of the caller's (HWLOC_COMPONENTS
-# set, even empty) stands.
+# out took the CPU time of starting an empty 8-rank program from 1.40 to 1.14-1.22 s on a Zen 5
+# guest (docs/design.md, "Running MPI on these machines"). A choice of the caller's
+# (HWLOC_COMPONENTS set, even empty) stands.
 export HWLOC_COMPONENTS=${HWLOC_COMPONENTS--pci,-linuxio}
 # mpirun's own banner after a rank exits non-zero is noise next to the program's one message;
 # TESSERA_MPIRUN_VERBOSE=1 brings it back.

@@ -26,29 +26,37 @@ jobs=${CATALOGUE_JOBS:-$((ranks > 2 ? 2 : 4))}
 mkdir -p "$work/cases"
 count=0
 
+# The clock in microseconds, from bash's EPOCHREALTIME (seconds and six decimals): no `date`
+# process. Here, as below, a shell builtin stands in for a program where it can: on a virtual
+# machine each fork and exec costs about 10 ms of CPU (docs/design-log.md, "Thirty-seventh
+# session"), and the catalogue runs hundreds of cases.
+now_us() { local t=$EPOCHREALTIME; printf -v "$1" '%s' "${t//[!0-9]/}"; }
+
 # run_case DIR NAME RC PATTERN CMD...: runs one case, writes its report to DIR/report and
 # "pass" or "fail" to DIR/verdict.
 run_case() {
   local dir=$1 name=$2 want_rc=$3 pattern=$4
   shift 4
   local start end rc
-  start=$(date +%s%N)
+  now_us start
   timeout $((limit + 5)) "$@" >"$dir/out" 2>"$dir/err" </dev/null
   rc=$?
-  end=$(date +%s%N)
-  local ms=$(((end - start) / 1000000))
+  now_us end
+  local ms=$(((10#$end - 10#$start) / 1000))
   # One message: its first line matches the pattern (once in all of stderr); any further lines
   # are its indented continuation (the caret under a parse error), never a second message, a
   # second rank's copy or a crash report.
-  local problem="" first others matches
+  local problem="" first others=0 matches line
+  local -a lines
   # Also aside: libevent's "[warn] Epoll ... failed ...: Bad file descriptor", which Open MPI's
   # launcher sometimes prints when a job's ranks exit on an error, a race in its event loop's
   # teardown that Open MPI has left as it is (open-mpi/ompi issues 2004 and 5520); it appeared
   # in 2 of the 80 cases at 8 ranks in one of three runs of the test command on 2026-11-25.
   grep -v -e '^[[:space:]]*$' -e '^Run with --help for more information\.$' \
     -e '^\[warn\] Epoll [A-Z]*([0-9]*) on fd [0-9]* failed\..*: Bad file descriptor$' "$dir/err" >"$dir/message"
-  first=$(head -1 "$dir/message")
-  others=$(tail -n +2 "$dir/message" | grep -vc '^  ')
+  mapfile -t lines <"$dir/message"
+  first=${lines[0]-}
+  for line in "${lines[@]:1}"; do [[ "$line" == "  "* ]] || others=$((others + 1)); done
   matches=$(grep -cE -- "$pattern" "$dir/err")
   if [ "$ms" -gt $((limit * 1000)) ]; then
     problem="took ${ms} ms (limit ${limit} s)"
@@ -81,9 +89,13 @@ expect() {
   [ "$how" = mpi ] && cmd=(bash "$launch" "$ranks" "$@")
   count=$((count + 1))
   local dir
-  dir=$(printf '%s/cases/%03d' "$work" "$count")
+  local -a running
+  printf -v dir '%s/cases/%03d' "$work" "$count"
   mkdir -p "$dir"
-  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
+  # The running cases counted without a pipe (jobs is a builtin; its list goes through a file).
+  while jobs -rp >"$work/running" && mapfile -t running <"$work/running" && [ "${#running[@]}" -ge "$jobs" ]; do
+    wait -n
+  done
   run_case "$dir" "$name" "$want_rc" "$pattern" "${cmd[@]}" &
 }
 
@@ -92,8 +104,12 @@ finish() {
   wait
   for dir in "$work"/cases/*/; do
     [ -f "$dir/report" ] || continue
-    cat "$dir/report"
-    if [ "$(cat "$dir/verdict")" = pass ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+    local -a report
+    local verdict
+    mapfile -t report <"$dir/report"
+    printf '%s\n' "${report[@]}"
+    read -r verdict <"$dir/verdict"
+    if [ "$verdict" = pass ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
   done
 }
 
