@@ -8,7 +8,8 @@
 // exiting:
 //   - every failing rank enters an MPI_Ibarrier on a communicator of its own (a duplicate of
 //     MPI_COMM_WORLD made before `run`, so it cannot match a collective `run` was inside) and
-//     polls it for up to kFailedRankWaitSeconds (mesh/agree.h: 3 s);
+//     polls it for up to failed_rank_wait_seconds() (mesh/agree.h: 3 s unless
+//     TESSERA_FAILED_RANK_WAIT says otherwise);
 //   - if it completes, every rank failed: rank 0 prints its message once ("program: message")
 //     and every rank returns 2 (3 for an IntegrityError: a checkpoint that fails its checks);
 //   - if not, some rank is elsewhere (in a collective, or still running): the rank prints
@@ -45,7 +46,7 @@ inline int fault_rank() {
   }
 }
 
-// True when every rank of `comm` enters this within kFailedRankWaitSeconds.
+// True when every rank of `comm` enters this within failed_rank_wait_seconds().
 inline bool all_ranks_failed(MPI_Comm comm) {
   MPI_Request request = MPI_REQUEST_NULL;
   if (MPI_Ibarrier(comm, &request) != MPI_SUCCESS) return false;

@@ -15,6 +15,7 @@ const std::vector<EnvSetting>& env_settings() {
       {"TESSERA_SHM_COLLECTIVES", {"0", "1"}, 1, false},
       {"TESSERA_DENORMALS", {"flush", "keep"}, 0, true},
       {"TESSERA_COLLECTIVE_CHECK", {"0", "1"}, 0, true},
+      {"TESSERA_FAILED_RANK_WAIT", {"1", "3", "10", "30", "100"}, 1, false},
   };
   return settings;
 }

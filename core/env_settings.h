@@ -29,7 +29,8 @@ struct EnvSetting {
 // flush; alike, since ranks that differ would compute different bits for one replicated value)
 // and TESSERA_COLLECTIVE_CHECK (0 | 1: every collective and reshard first checks that all ranks
 // are at the same one, collectives/collective_check.h; unset: 0; alike, since the check is
-// collective).
+// collective) and TESSERA_FAILED_RANK_WAIT (1 | 3 | 10 | 30 | 100: the seconds a rank whose code
+// threw waits for the others before it ends the job, mesh/agree.h; unset: 3).
 const std::vector<EnvSetting>& env_settings();
 // The entry of env_settings() called `name` (an unknown name is a bug: std::logic_error).
 const EnvSetting& env_setting(const std::string& name);

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "core/checked.h"
+#include "core/env_settings.h"
 #include "core/error.h"
 #include "mesh/mpi_check.h"
 
@@ -42,6 +43,12 @@ std::string broadcast_string(const Communicator& comm, std::string value, int ro
     check_mpi(MPI_Bcast(value.data(), static_cast<int>(length), MPI_CHAR, root, comm.handle()), "MPI_Bcast");
   }
   return value;
+}
+
+int failed_rank_wait_seconds() {
+  const EnvSetting& setting = env_setting("TESSERA_FAILED_RANK_WAIT");
+  const int choice = env_choice(setting);
+  return std::stoi(setting.values[choice >= 0 ? choice : setting.unset]);
 }
 
 bool wait_until_done(MPI_Request& request, double seconds) {

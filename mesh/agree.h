@@ -26,17 +26,21 @@ std::optional<std::string> first_error(const Communicator& comm, const std::opti
 // (shard_map's body, which is the user's code).
 void rethrow_first_error(const Communicator& comm, const std::exception_ptr& local_error);
 
-// How long a rank that failed waits for the other ranks to reach the agreement on it before it ends
-// the job: the programs' error path (apps/cli_main.h) and a shard_map body that threw
-// (nn/shard_map.cpp). Checks that every rank makes fail within milliseconds of each other; the
-// margin covers 8 ranks oversubscribed on 2 cores.
-inline constexpr double kFailedRankWaitSeconds = 3.0;
+// How many seconds a rank that failed waits for the other ranks to reach the agreement on it before
+// it ends the job: the programs' error path (apps/cli_main.h), a shard_map body that threw
+// (nn/shard_map.cpp) and a step's loss function or backward pass that threw (nn/fail_together.h).
+// TESSERA_FAILED_RANK_WAIT (core/env_settings.h): 1, 3 (also when unset), 10, 30 or 100. Checks
+// that every rank makes fail within milliseconds of each other; 3 s covers 8 ranks oversubscribed
+// on 2 cores, a larger value ranks that reach a check far apart (a job of many hosts). Mesh::create
+// refuses any other value on every rank; read without it (an error before the mesh), such a value
+// means 3.
+int failed_rank_wait_seconds();
 
 // Polls `request`, a nonblocking collective this rank posted, until it completes (true) or
 // `seconds` pass (false, also on an error of MPI_Test; the request then stays pending, and the
 // caller ends the job or polls on). Yields for the first 10 ms, then sleeps 1 ms between polls,
 // so that the ranks it waits for have the cores.
-bool wait_until_done(MPI_Request& request, double seconds = kFailedRankWaitSeconds);
+bool wait_until_done(MPI_Request& request, double seconds = failed_rank_wait_seconds());
 
 // Prints "tessera: rank R: <context><message of `thrown`>" on stderr and ends the job over `comm`
 // (MPI_Abort) with exit code 3 for an IntegrityError, 2 for any other: a rank whose own code threw

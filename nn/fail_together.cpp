@@ -21,7 +21,7 @@ void wait_for_every_rank_to_throw(const char* what, const char* where_others_are
   if (MPI_Ibarrier(mesh.failure_comm().handle(), &request) == MPI_SUCCESS && wait_until_done(request)) return;
   abort_with_error(mesh.comm(),
                    std::string(what) + " threw on this rank and the other ranks did not throw within " +
-                       std::to_string(static_cast<int>(kFailedRankWaitSeconds)) + " s (" +
+                       std::to_string(failed_rank_wait_seconds()) + " s (" +
                        where_others_are + "); ending the job: ",
                    thrown);
 }

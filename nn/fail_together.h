@@ -15,10 +15,10 @@ namespace tessera::nn::detail {
 const Mesh* failure_mesh(const Mesh& mesh);
 
 // The rank that caught `thrown` from `what` (a step's loss function, the backward pass) waits up to
-// kFailedRankWaitSeconds (mesh/agree.h) for every rank of `mesh` to throw as well (a barrier on the
-// failure communicator, which only such ranks enter) and returns when they did; where they did
+// failed_rank_wait_seconds() (mesh/agree.h) for every rank of `mesh` to throw as well (a barrier on
+// the failure communicator, which only such ranks enter) and returns when they did; where they did
 // not, it prints "tessera: rank R: <what> threw on this rank and the other ranks did not throw
-// within 3 s (<where_others_are>); ending the job: <its message>" and ends the job (exit code 2, 3
+// within N s (<where_others_are>); ending the job: <its message>" and ends the job (exit code 2, 3
 // for an IntegrityError), as shard_map's body does.
 void wait_for_every_rank_to_throw(const char* what, const char* where_others_are, const Mesh& mesh,
                                   const std::exception_ptr& thrown);

@@ -211,7 +211,7 @@ void check_same_along(const Mesh& mesh, const Tensor& block, const std::string& 
 // description, the first differing rank naming both. The agreement runs on the mesh's control
 // communicator, so that it never matches a collective of the body: a body that throws on some
 // ranks while the others are inside one of its collectives (which the throwing ranks left) ends
-// the job with the error after kFailedRankWaitSeconds (mesh/agree.h), as nothing can take the
+// the job with the error after failed_rank_wait_seconds() (mesh/agree.h), as nothing can take the
 // others out of it.
 std::string describe_results(const std::vector<Var>& results, const Mesh& local, const Signature* sig) {
   std::string text = std::to_string(results.size()) + (results.size() == 1 ? " result" : " results");
@@ -241,7 +241,7 @@ struct BodyOutcome {
   abort_with_error(mesh.comm(),
                    "shard_map: the body threw on this rank and the other ranks did not reach the agreement on its "
                    "results within " +
-                       std::to_string(static_cast<int>(kFailedRankWaitSeconds)) +
+                       std::to_string(failed_rank_wait_seconds()) +
                        " s (they wait in one of the body's collectives, or still run it); ending the job: ",
                    thrown);
 }

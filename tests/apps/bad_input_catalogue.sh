@@ -192,6 +192,9 @@ expect env.collective_check_unknown 2 "^train_mlp: TESSERA_COLLECTIVE_CHECK must
   mpi env TESSERA_COLLECTIVE_CHECK=on "$tm" "${small[@]}"
 expect env.denormals_unknown 2 "^train_mlp: TESSERA_DENORMALS must be unset, flush or keep, got 'ftz'\$" \
   mpi env TESSERA_DENORMALS=ftz "$tm" "${small[@]}"
+expect env.failed_rank_wait_unknown 2 \
+  "^train_mlp: TESSERA_FAILED_RANK_WAIT must be unset, 1, 3, 10, 30 or 100, got '5'\$" \
+  mpi env TESSERA_FAILED_RANK_WAIT=5 "$tm" "${small[@]}"
 once env.local_bind_unknown 2 "^local.sh: TESSERA_LOCAL_BIND must be unset, auto or none, got 'core'\$" \
   one env TESSERA_LOCAL_BIND=core bash "$launch" "$ranks" "$tm" "${small[@]}"
 if [ "$ranks" -ge 2 ]; then  # rank 0 alone keeps subnormals

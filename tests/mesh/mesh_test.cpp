@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "core/denormals.h"
 #include "core/env_settings.h"
@@ -129,7 +130,8 @@ TEST(MeshSettings, AValueOutsideTheListFailsEveryRank) {
         {"TESSERA_SHARD_MAP_CHECK", "yes", "TESSERA_SHARD_MAP_CHECK must be unset, 0 or 1"},
         {"TESSERA_SHM_COLLECTIVES", "off", "TESSERA_SHM_COLLECTIVES must be unset, 0 or 1"},
         {"TESSERA_DENORMALS", "ftz", "TESSERA_DENORMALS must be unset, flush or keep"},
-        {"TESSERA_COLLECTIVE_CHECK", "on", "TESSERA_COLLECTIVE_CHECK must be unset, 0 or 1"}}) {
+        {"TESSERA_COLLECTIVE_CHECK", "on", "TESSERA_COLLECTIVE_CHECK must be unset, 0 or 1"},
+        {"TESSERA_FAILED_RANK_WAIT", "2", "TESSERA_FAILED_RANK_WAIT must be unset, 1, 3, 10, 30 or 100"}}) {
     for (const bool everywhere : {true, false}) {
       const bool mine = everywhere || world_rank() == last;
       if (mine) setenv(name.c_str(), value.c_str(), 1);
@@ -147,6 +149,19 @@ TEST(MeshSettings, AValueOutsideTheListFailsEveryRank) {
   EXPECT_THROW(checked_env_choice(env_setting("TESSERA_PACK")), UsageError);
   unsetenv("TESSERA_PACK");
   EXPECT_EQ(checked_env_choice(env_setting("TESSERA_PACK")), 0);
+}
+
+// TESSERA_FAILED_RANK_WAIT (mesh/agree.h): 3 s unset, the listed seconds, and 3 for a value
+// outside the list where it is read without Mesh::create (a program's error path before its mesh).
+TEST(MeshSettings, FailedRankWaitSeconds) {
+  ASSERT_EQ(std::getenv("TESSERA_FAILED_RANK_WAIT"), nullptr);
+  EXPECT_EQ(failed_rank_wait_seconds(), 3);
+  for (const auto& [value, seconds] : {std::pair<std::string, int>{"1", 1}, {"3", 3}, {"10", 10}, {"30", 30},
+                                       {"100", 100}, {"2", 3}, {"", 3}, {"1.5", 3}}) {
+    setenv("TESSERA_FAILED_RANK_WAIT", value.c_str(), 1);
+    EXPECT_EQ(failed_rank_wait_seconds(), seconds) << "'" << value << "'";
+  }
+  unsetenv("TESSERA_FAILED_RANK_WAIT");
 }
 
 TEST(MeshSettings, ShardMapCheckAndDenormalsMustBeAlikeOnEveryRank) {
