@@ -17,6 +17,18 @@ function(tessera_target_options target)
   endif()
 endfunction()
 
+# tessera_unity_build(target): with TESSERA_UNITY_BUILD (the default), a library's sources compile
+# in batches of up to 8 files (CMake's unity build), each batch one compiler run: the headers that
+# every file of a layer includes (the standard library, MPI, HDF5, tessera's own) are parsed once a
+# batch instead of once a file. A file with source properties of its own (kernels.cpp's and
+# bfloat16.cpp's flags, version.cpp's definitions) still compiles alone; so do the test programs
+# and apps, one file each.
+function(tessera_unity_build target)
+  if(TESSERA_UNITY_BUILD)
+    set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 8)
+  endif()
+endfunction()
+
 # tessera_library(name SOURCES ... DEPENDS ...): one library per layer folder, aliased tessera::name.
 # Installed with its headers under include/tessera/<name>/ (so "core/tensor.h" resolves both in
 # the tree and in an install) and exported as tessera::<name> in the tessera CMake package.
@@ -29,6 +41,7 @@ function(tessera_library name)
                                                     $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/tessera>)
   target_link_libraries(tessera_${name} PUBLIC ${ARG_DEPENDS} PRIVATE ${ARG_PRIVATE_DEPENDS})
   tessera_target_options(tessera_${name})
+  tessera_unity_build(tessera_${name})
   install(TARGETS tessera_${name} EXPORT tesseraTargets
           ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
           LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
