@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "mesh/environment.h"
+#include "test_file.h"
 
 namespace {
 
@@ -74,6 +75,11 @@ int main(int argc, char** argv) {
   testing::InitGoogleTest(&argc, argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  // The same registered tests and arguments on every rank: every rank ends here together.
+  if (std::string error = tessera::test::select_test_file(argc, argv); !error.empty()) {
+    if (rank == 0) std::fprintf(stderr, "%s: %s\n", argv[0], error.c_str());
+    return 2;
+  }
   auto& listeners = testing::UnitTest::GetInstance()->listeners();
   if (rank != 0) delete listeners.Release(listeners.default_result_printer());
   auto* failures = new RankFailureListener;

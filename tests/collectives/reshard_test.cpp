@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "tests/collectives/expect_error.h"
+#include "tests/collectives/reshard_test_support.h"
 #include "tests/test_meshes.h"
 
 namespace tessera {
@@ -21,7 +22,7 @@ using testing_support::expect_error;
 using testing_support::meshes_of_size;
 using testing_support::world_size;
 
-double value(std::int64_t i) { return static_cast<double>((i * 7919) % 1009); }
+using reshard_testing::value;
 // Not integer-valued: sums round, so their order shows.
 double noisy(std::int64_t i) { return std::sin(0.37 * static_cast<double>(i)) * 1e3 + 1e-3 * i; }
 

@@ -20,6 +20,7 @@ using namespace tessera::nn;
 
 using testing_support::meshes_of_size;
 using testing_support::world_size;
+using testing_util::expect_trees_near;
 using testing_util::max_relative_error;
 using testing_util::self_mesh;
 
@@ -56,14 +57,6 @@ LossFn sum_loss_of(const Model& m) {
 
 ParamTree init_model(const Model& m, const Mesh& mesh, const Shape& x_shape, std::uint64_t seed = 0) {
   return init_params(abstract_init(m.mlp, mesh.shape(), m.rules, x_shape), mesh, seed);
-}
-
-void expect_trees_near(const ParamTree& got, const ParamTree& want, double tolerance, const std::string& label) {
-  ASSERT_EQ(got.size(), want.size()) << label;
-  for (const auto& [path, w] : want) {
-    ASSERT_TRUE(got.count(path)) << label << " " << path;
-    EXPECT_LT(max_relative_error(got.at(path).to_global(), w.to_global()), tolerance) << label << " " << path;
-  }
 }
 
 struct Variant {

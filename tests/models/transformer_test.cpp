@@ -19,10 +19,11 @@ namespace {
 using namespace tessera::nn;
 
 using testing_support::world_size;
+using testing_util::expect_trees_near;
 using testing_util::max_relative_error;
 using testing_util::self_mesh;
 
-constexpr std::int64_t kBatch = 4, kSeq = 8;
+constexpr std::int64_t kLmBatch = 4, kSeq = 8;
 
 // Small enough for 8 ranks on two cores; every split divides: heads 4 and d_ff 32 over model
 // (up to 4), d_model 16 over data (FSDP), d_head 4 (even, for rotary).
@@ -64,8 +65,8 @@ bool shape_has_model_axis_of(int n) {
 
 // Tokens [batch, seq] and their next-token labels, a fixed byte pattern per step.
 std::pair<ShardedTensor, ShardedTensor> batch_of(const Mesh& mesh, int step) {
-  Tensor tokens(Shape{kBatch, kSeq}, DType::i32), labels(Shape{kBatch, kSeq}, DType::i32);
-  for (std::int64_t i = 0; i < kBatch * kSeq; ++i) {
+  Tensor tokens(Shape{kLmBatch, kSeq}, DType::i32), labels(Shape{kLmBatch, kSeq}, DType::i32);
+  for (std::int64_t i = 0; i < kLmBatch * kSeq; ++i) {
     tokens.data<std::int32_t>()[i] = static_cast<std::int32_t>((i * 37 + step * 11 + 5) % 256);
     labels.data<std::int32_t>()[i] = static_cast<std::int32_t>((i * 37 + step * 11 + 42) % 256);
   }
@@ -82,16 +83,8 @@ LossFn loss_of(const Transformer& model) {
 ParamTree params_on(const Transformer& model, const Mesh& mesh) {
   Transformer loop = model;
   loop.config.scan = false;
-  ParamTree p = init_params(abstract_init(loop, mesh.shape(), {}, {kBatch, kSeq}), mesh, 3);
+  ParamTree p = init_params(abstract_init(loop, mesh.shape(), {}, {kLmBatch, kSeq}), mesh, 3);
   return model.config.scan ? stack_transformer_params(p, model.config.layers, mesh) : p;
-}
-
-void expect_trees_near(const ParamTree& got, const ParamTree& want, double tolerance, const std::string& label) {
-  ASSERT_EQ(got.size(), want.size()) << label;
-  for (const auto& [path, w] : want) {
-    ASSERT_TRUE(got.count(path)) << label << " " << path;
-    EXPECT_LT(max_relative_error(got.at(path).to_global(), w.to_global()), tolerance) << label << " " << path;
-  }
 }
 
 struct Reference {
@@ -189,7 +182,7 @@ TEST(Transformer, FiveAdamStepsMatchOneRank) {
 TEST(Transformer, DeclarationTableGivesTheSpecs) {
   const MeshShape mesh = MeshShape::parse("data=2,seq=2,model=2");
   const auto specs = [&](bool scan, bool fsdp) {
-    return param_specs(abstract_init(Transformer{tiny(scan, fsdp)}, mesh, {}, {kBatch, kSeq}));
+    return param_specs(abstract_init(Transformer{tiny(scan, fsdp)}, mesh, {}, {kLmBatch, kSeq}));
   };
   const auto loop = specs(false, false);
   EXPECT_EQ(loop.at("embed").to_string(), "P(model, None)");
@@ -205,7 +198,7 @@ TEST(Transformer, DeclarationTableGivesTheSpecs) {
   EXPECT_EQ(fsdp_scan.at("embed").to_string(), "P(model, data)");
   EXPECT_EQ(fsdp_scan.size(), 2u + 8 + 1);
   // Axes the mesh lacks are dropped.
-  const auto data_only = param_specs(abstract_init(Transformer{tiny(false, true)}, MeshShape::parse("data=2"), {}, {kBatch, kSeq}));
+  const auto data_only = param_specs(abstract_init(Transformer{tiny(false, true)}, MeshShape::parse("data=2"), {}, {kLmBatch, kSeq}));
   EXPECT_EQ(data_only.at("block_0/w_q").to_string(), "P(data, None, None)");
   EXPECT_EQ(Transformer::token_spec(mesh).to_string(), "P(data, seq)");
   EXPECT_EQ(Transformer::activation_spec(MeshShape::parse("seq=2,model=2")).to_string(), "P(None, seq, None)");
@@ -227,7 +220,7 @@ TEST(Transformer, SequenceSplitGathersOnlyKeysAndValues) {
       ++gathers;
       EXPECT_EQ(r.axes, Axes{"seq"});
       EXPECT_EQ(r.dim, 1);
-      EXPECT_EQ(r.bytes, kBatch * kSeq / 2 * 16 * 8);  // one half of K or V, f64
+      EXPECT_EQ(r.bytes, kLmBatch * kSeq / 2 * 16 * 8);  // one half of K or V, f64
     } else {
       EXPECT_EQ(r.op, CommOp::all_reduce) << to_string(r);
       EXPECT_LE(r.bytes, 64) << to_string(r);
@@ -254,7 +247,7 @@ TEST(Transformer, SequenceSplitGradientsOfKeysAndValuesAreReduceScattered) {
       ++scatters;
       EXPECT_EQ(r.axes, Axes{"seq"});
       EXPECT_EQ(r.dim, 1);
-      EXPECT_EQ(r.bytes, kBatch * kSeq / 2 * 16 * 8);  // one half of K's or V's cotangent, f64
+      EXPECT_EQ(r.bytes, kLmBatch * kSeq / 2 * 16 * 8);  // one half of K's or V's cotangent, f64
     }
   }
   EXPECT_EQ(gathers, 2 * model.config.layers);
@@ -429,7 +422,7 @@ TEST(Transformer, Bf16HalvesTheSequenceGathers) {
   for (const auto& r : scope.records()) {
     if (r.op != CommOp::all_gather) continue;
     ++gathers;
-    EXPECT_EQ(r.bytes, kBatch * kSeq / 2 * 16 * 2);  // one half of K or V, bf16
+    EXPECT_EQ(r.bytes, kLmBatch * kSeq / 2 * 16 * 2);  // one half of K or V, bf16
   }
   EXPECT_EQ(gathers, 2 * model.config.layers);
 }
@@ -437,7 +430,7 @@ TEST(Transformer, Bf16HalvesTheSequenceGathers) {
 TEST(Transformer, ConfigurationsThatDoNotFitAreErrors) {
   const auto expect_error = [](TransformerConfig c, const char* mesh, const std::string& want) {
     try {
-      abstract_init(Transformer{c}, MeshShape::parse(mesh), {}, {kBatch, kSeq});
+      abstract_init(Transformer{c}, MeshShape::parse(mesh), {}, {kLmBatch, kSeq});
       ADD_FAILURE() << "no error for " << want;
     } catch (const Error& e) {
       EXPECT_EQ(std::string(e.what()), want);

@@ -9,6 +9,7 @@
 
 #include "core/tensor.h"
 #include "mesh/mesh.h"
+#include "nn/params.h"
 
 namespace tessera::nn::testing_util {
 
@@ -41,6 +42,15 @@ inline double max_relative_error(const Tensor& a, const Tensor& b, double floor 
     scale = std::max(scale, std::abs(b.at(i)));
   }
   return diff / scale;
+}
+
+// Every parameter of `want` in `got`, and no other, each within `tolerance` (max_relative_error).
+inline void expect_trees_near(const ParamTree& got, const ParamTree& want, double tolerance, const std::string& label) {
+  ASSERT_EQ(got.size(), want.size()) << label;
+  for (const auto& [path, w] : want) {
+    ASSERT_TRUE(got.count(path)) << label << " " << path;
+    EXPECT_LT(max_relative_error(got.at(path).to_global(), w.to_global()), tolerance) << label << " " << path;
+  }
 }
 
 }  // namespace tessera::nn::testing_util
