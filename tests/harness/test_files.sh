@@ -22,14 +22,16 @@ if [ "${#files[@]}" -eq 0 ] || [ "${#command[@]}" -eq 0 ]; then
   exit 2
 fi
 
-# The tests that COMMAND ARGS... lists, as Suite.Test lines ("Suite." lines, then "  Test" lines).
+# The tests that COMMAND ARGS... lists, as Suite.Test lines ("Suite." lines, then "  Test" lines);
+# exits (the command substitution it runs in) with 1 where the program fails.
 list() {
   local out
   out=$("${command[@]}" "$@" --gtest_list_tests) || { echo "FAIL: '${command[*]} $*' exited with $?" >&2; exit 1; }
   awk '/^[^ ]/ {suite = $1} /^  [^ ]/ {print suite $1}' <<<"$out"
 }
 
-all=$(list | sort)
+all=$(list) || exit 1
+all=$(sort <<<"$all")
 total=$(grep -c . <<<"$all")
 if [ "$total" -eq 0 ]; then
   echo "FAIL: the program lists no test" >&2
@@ -37,7 +39,7 @@ if [ "$total" -eq 0 ]; then
 fi
 union=""
 for f in "${files[@]}"; do
-  mine=$(list --tessera_test_file="$f")
+  mine=$(list --tessera_test_file="$f") || exit 1
   echo "$f: $(grep -c . <<<"$mine") tests"
   union+="$mine"$'\n'
 done
@@ -56,17 +58,18 @@ fi
 # FILTER EXPECTED: the first file under --gtest_filter=FILTER lists EXPECTED.
 check_filter() {
   local got
-  got=$(list --tessera_test_file="${files[0]}" --gtest_filter="$1")
+  got=$(list --tessera_test_file="${files[0]}" --gtest_filter="$1") || exit 1
   if [ "$got" != "$2" ]; then
     echo "FAIL: --gtest_filter='$1' with --tessera_test_file=${files[0]} lists '$got', expected '$2'" >&2
     exit 1
   fi
 }
-first=$(list --tessera_test_file="${files[0]}")
+first=$(list --tessera_test_file="${files[0]}") || exit 1
 one=$(head -1 <<<"$first")
 other=$one
 if [ "${#files[@]}" -gt 1 ]; then
-  other=$(list --tessera_test_file="${files[1]}" | head -1)
+  other=$(list --tessera_test_file="${files[1]}") || exit 1
+  other=$(head -1 <<<"$other")
 fi
 check_filter '*' "$first"
 check_filter "$one:$other" "$one"
