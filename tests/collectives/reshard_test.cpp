@@ -23,6 +23,7 @@ using testing_support::meshes_of_size;
 using testing_support::world_size;
 
 using reshard_testing::value;
+
 // Not integer-valued: sums round, so their order shows.
 double noisy(std::int64_t i) { return std::sin(0.37 * static_cast<double>(i)) * 1e3 + 1e-3 * i; }
 
