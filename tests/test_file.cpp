@@ -2,24 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string_view>
 #include <vector>
 
+#include "core/text.h"
+
 namespace tessera::test {
-namespace {
-
-std::string base_name(std::string_view path) {
-  size_t slash = path.find_last_of('/');
-  return std::string(slash == std::string_view::npos ? path : path.substr(slash + 1));
-}
-
-std::string join(const std::vector<std::string>& patterns) {
-  std::string out;
-  for (const auto& p : patterns) out += (out.empty() ? "" : ":") + p;
-  return out;
-}
-
-}  // namespace
 
 std::string select_test_file(int& argc, char** argv) {
   constexpr std::string_view flag = "--tessera_test_file=";
@@ -52,7 +41,7 @@ std::string select_test_file(int& argc, char** argv) {
     for (int t = 0; t < suite.total_test_count(); ++t) {
       const testing::TestInfo& info = *suite.GetTestInfo(t);
       std::string name = std::string(suite.name()) + "." + info.name();
-      (base_name(info.file()) == file ? in : out).push_back(name);
+      (std::filesystem::path(info.file()).filename() == file ? in : out).push_back(name);
     }
     if (out.empty()) {
       mine.push_back(std::string(suite.name()) + ".*");
@@ -69,13 +58,13 @@ std::string select_test_file(int& argc, char** argv) {
   // negative patterns: the tests that run are those of the file that the filter selects.
   std::string filter = GTEST_FLAG_GET(filter);
   if (filter == "*") {
-    filter = join(mine);
+    filter = join(mine, ":");
   } else {
     size_t dash = filter.find('-');
     std::string positive = dash == std::string::npos ? filter : filter.substr(0, dash);
     std::string negative = dash == std::string::npos ? "" : filter.substr(dash + 1);
     if (positive.empty()) positive = "*";
-    if (!others.empty()) negative += (negative.empty() ? "" : ":") + join(others);
+    if (!others.empty()) negative += (negative.empty() ? "" : ":") + join(others, ":");
     filter = negative.empty() ? positive : positive + "-" + negative;
   }
   GTEST_FLAG_SET(filter, filter);

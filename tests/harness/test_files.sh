@@ -18,7 +18,7 @@ done
 [ "$#" -gt 0 ] && shift  # --
 command=("$@")
 if [ "${#files[@]}" -eq 0 ] || [ "${#command[@]}" -eq 0 ]; then
-  echo "usage: test_files.sh FILE... -- COMMAND..." >&2
+  echo "usage: test_files.sh [--filters] FILE... -- COMMAND..." >&2
   exit 2
 fi
 
@@ -37,10 +37,12 @@ if [ "$total" -eq 0 ]; then
   echo "FAIL: the program lists no test" >&2
   exit 1
 fi
+lists=()  # each file's tests, in the order of files
 union=""
 for f in "${files[@]}"; do
   mine=$(list --tessera_test_file="$f") || exit 1
   echo "$f: $(grep -c . <<<"$mine") tests"
+  lists+=("$mine")
   union+="$mine"$'\n'
 done
 union=$(grep . <<<"$union" | sort)
@@ -64,13 +66,9 @@ check_filter() {
     exit 1
   fi
 }
-first=$(list --tessera_test_file="${files[0]}") || exit 1
+first=${lists[0]}
 one=$(head -1 <<<"$first")
-other=$one
-if [ "${#files[@]}" -gt 1 ]; then
-  other=$(list --tessera_test_file="${files[1]}") || exit 1
-  other=$(head -1 <<<"$other")
-fi
+other=$(head -1 <<<"${lists[-1]}")  # another file's first test, where there is another file
 check_filter '*' "$first"
 check_filter "$one:$other" "$one"
 check_filter "-$one" "$(tail -n +2 <<<"$first")"
