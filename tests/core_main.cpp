@@ -1,10 +1,10 @@
 // GoogleTest main for the test programs without MPI: GoogleTest's own, with --tessera_test_file
-// (test_file.h).
+// (file_filter.h).
 #include <gtest/gtest.h>
 
 #include <cstdio>
 
-#include "test_file.h"
+#include "file_filter.h"
 
 int main(int argc, char** argv) {
   testing::InitGoogleTest(&argc, argv);

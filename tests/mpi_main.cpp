@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "mesh/environment.h"
-#include "test_file.h"
+#include "file_filter.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "test_file.h"
+#include "file_filter.h"
 
 #include <gtest/gtest.h>
 
