@@ -108,14 +108,22 @@ std::int64_t read_every_chunk(hid_t file, const CheckpointArrayInfo& info, const
     Shape count(ndim);
     for (int d = 0; d < ndim; ++d) count[d] = std::min(chunk[d], info.shape[d] - start[d]);
     H5Handle file_space = checkpoint_io::select_block(dataset.get(), start, count, true, context);
-    H5Handle memory = checkpoint_io::memory_space(count, true, context);
+    // The chunk's elements land where they lie in the whole chunk, the rest zero: an edge chunk
+    // (past the dataset's end in some dimension) is stored so, and its digest entry sums it so.
+    H5Handle memory = checkpoint_io::memory_space(chunk, true, context);
+    if (count != chunk) {
+      std::fill(buffer.begin(), buffer.end(), std::byte{0});
+      const std::vector<hsize_t> origin(ndim, 0), extent(count.begin(), count.end());
+      check_h5(H5Sselect_hyperslab(memory.get(), H5S_SELECT_SET, origin.data(), nullptr, extent.data(), nullptr),
+               "H5Sselect_hyperslab", context);
+    }
     herr_t status = H5Dread(dataset.get(), format::memory_type(info.dtype), memory.get(), file_space.get(), H5P_DEFAULT,
                             buffer.data());
     if (status < 0) {
       throw IoError(context + ": chunk at " + shape_to_string(Shape(start.begin(), start.end())) +
                     " failed to read (Fletcher32 checksum or I/O error): " + take_hdf5_error_stack());
     }
-    if (!digest.empty() && count == chunk) {
+    if (!digest.empty()) {
       const std::uint32_t got =
           checkpoint_io::fletcher32(buffer.data(), static_cast<std::size_t>(numel(chunk)) * dtype_size(info.dtype));
       if (got != digest[static_cast<std::size_t>(chunks)]) {

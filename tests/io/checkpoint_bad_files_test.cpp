@@ -429,6 +429,38 @@ TEST(CheckpointBadFiles, ChunkNeverWrittenIsCaughtByTheDigest) {
   }
 }
 
+// The same for an edge chunk: with 11 columns over the ranks (blocks of ceil(11 / ranks)), the
+// last chunk reaches past the dataset's end (on 1 rank it is the whole array). Its digest entry sums
+// the whole chunk, the part past the end zero, and both the restore and verify_checkpoint check it.
+TEST(CheckpointBadFiles, EdgeChunkNeverWrittenIsCaughtByTheDigest) {
+  TempDir dir("edge_hole");
+  const std::string path = "params/uneven";
+  const std::vector<ArrayDef> defs = {{path, {8, 11}, DType::f32, {}}};
+  const auto spec = [](const ArrayDef&, std::size_t) { return parse_spec("P(None, data)"); };
+  const int ranks = world_size();
+  const hsize_t chunk_columns = static_cast<hsize_t>((11 + ranks - 1) / ranks);
+  const hsize_t last_column = (11 + chunk_columns - 1) / chunk_columns * chunk_columns - chunk_columns;
+  if (ranks > 1) {
+    ASSERT_LT(11 - last_column, chunk_columns);  // an edge chunk
+  }
+  const std::string file = save_checkpoint(io_testing::make_state(line_mesh(), defs, spec, true), dir.path());
+  if (world_rank() == 0) zero_bytes(file, chunk_address(file, path, last_column), 8 * chunk_columns * 4 + 4);
+  MPI_Barrier(MPI_COMM_WORLD);
+  const std::string message = restore_error(dir.path(), io_testing::make_state(line_mesh(), defs, spec, false));
+  const std::string expected = from_rank(static_cast<int>(last_column / chunk_columns)) +
+                               "restore_checkpoint: file '" + file + "', dataset '/" + path + "': chunk at (0, " +
+                               std::to_string(last_column) + ") sums to 0 but the checkpoint's digest says ";
+  EXPECT_TRUE(message.starts_with(expected)) << message << "\nexpected prefix: " << expected;
+  if (world_rank() == 0) {
+    std::string report;
+    EXPECT_FALSE(verify_checkpoint(file, &report));
+    EXPECT_NE(report.find("FAILED /" + path + ": file '" + file + "', dataset '/" + path + "': chunk at (0, " +
+                          std::to_string(last_column) + ") sums to 0 but the checkpoint's digest says "),
+              std::string::npos)
+        << report;
+  }
+}
+
 // A version 2 file without a dataset's digest is refused, naming the attribute.
 TEST(CheckpointBadFiles, MissingChunkDigest) {
   TempDir dir("no_digest");
