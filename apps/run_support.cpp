@@ -73,11 +73,13 @@ std::optional<std::string> resume_mismatch(const std::string& file, const Resume
   std::string saved;
   std::int64_t step = 0;
   try {
-    const auto info = read_checkpoint_info(file);
+    // The root only: what else read_checkpoint_info checks (the mesh's axes, each dataset's
+    // attributes) a restore does not need, and a fault there must not skip these checks.
+    const auto info = read_checkpoint_root(file);
     saved = info.config;
     step = info.step;
   } catch (const Error&) {
-    return std::nullopt;  // the restore names what is wrong with the file
+    return std::nullopt;  // the restore reads the same attributes and names what is wrong
   }
   std::vector<std::string> keys = {"program"};
   keys.insert(keys.end(), config.keys.begin(), config.keys.end());

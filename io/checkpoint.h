@@ -115,6 +115,11 @@ struct CheckpointInfo {
 // Throws IoError naming the file (and dataset) when it is not a tessera checkpoint.
 CheckpointInfo read_checkpoint_info(const std::string& file);
 
+// Reads the root attributes only (format, version, step, seed, config), as a restore reads them;
+// `mesh_axis_*` and `arrays` stay empty. Local. Throws IoError naming the file where a restore
+// would refuse them too, so a check before a restore can leave the file's faults to the restore.
+CheckpointInfo read_checkpoint_root(const std::string& file);
+
 // Reads every chunk of every dataset so each Fletcher32 checksum is checked. Local. Returns true
 // when all pass; `report` (optional) gets one line per array and the first failure's message.
 bool verify_checkpoint(const std::string& file, std::string* report = nullptr);

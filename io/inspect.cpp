@@ -1,4 +1,4 @@
-// read_checkpoint_info and verify_checkpoint: one process opens the file on its own (no MPI-IO),
+// read_checkpoint_root, read_checkpoint_info and verify_checkpoint: one process opens the file on its
 // for ckpt_tool and for checks after a save.
 #include <algorithm>
 #include <filesystem>
@@ -147,15 +147,33 @@ std::int64_t read_every_chunk(hid_t file, const CheckpointArrayInfo& info, const
 
 }  // namespace
 
+namespace {
+
+// The root attributes a restore reads: format, version, step, seed and config.
+CheckpointInfo root_attributes(hid_t handle, const std::string& file, const std::string& context) {
+  CheckpointInfo info;
+  info.file = file;
+  std::tie(info.format, info.version) = format::read_format_and_version(handle, context);
+  info.step = format::read_step(handle, file, context);
+  info.seed = format::read_uint64_attribute(handle, format::attr_seed, context);
+  info.config = format::read_string_attribute(handle, format::attr_config, context);
+  return info;
+}
+
+}  // namespace
+
+CheckpointInfo read_checkpoint_root(const std::string& file) {
+  H5Handle handle = open_local(file);
+  const std::string context = format::file_context(file);
+  CheckpointInfo info = root_attributes(handle.get(), file, context);
+  handle.close(context);
+  return info;
+}
+
 CheckpointInfo read_checkpoint_info(const std::string& file) {
   H5Handle handle = open_local(file);
   const std::string context = format::file_context(file);
-  CheckpointInfo info;
-  info.file = file;
-  std::tie(info.format, info.version) = format::read_format_and_version(handle.get(), context);
-  info.step = format::read_step(handle.get(), file, context);
-  info.seed = format::read_uint64_attribute(handle.get(), format::attr_seed, context);
-  info.config = format::read_string_attribute(handle.get(), format::attr_config, context);
+  CheckpointInfo info = root_attributes(handle.get(), file, context);
   info.mesh_axis_names = format::read_string_array_attribute(handle.get(), format::attr_mesh_names, context);
   const auto sizes = format::read_int64_array_attribute(handle.get(), format::attr_mesh_sizes, context);
   format::validate_mesh_axes(info.mesh_axis_names, sizes, context);

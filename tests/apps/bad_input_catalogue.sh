@@ -573,6 +573,15 @@ cp -r "$good" "$work/empty_sizes"
 "$damage" "$(ls "$work/empty_sizes"/ckpt_*.h5 | head -1)" empty-mesh-sizes >/dev/null
 once ckpt_tool.empty_mesh_axis_sizes 2 "^ckpt_tool: .*attribute 'mesh_axis_sizes' has 0 values but 'mesh_axis_names' has 2$" \
   one "$ck" list "$(ls "$work/empty_sizes"/ckpt_*.h5 | head -1)"
+# read_checkpoint_info refuses this file, the restore does not need the mesh's sizes: a resume's
+# checks of the saved run (here --steps) read the root alone, so they are not skipped (until
+# the forty-fourth session a file read_checkpoint_info refused skipped them: the run resumed past
+# --steps).
+cp -r "$good" "$work/empty_sizes_steps"
+"$damage" "$work/empty_sizes_steps/ckpt_00000002.h5" empty-mesh-sizes >/dev/null
+expect resume.steps_below_mesh_unread 2 \
+  "^train_mlp: --resume: '$work/empty_sizes_steps/ckpt_00000002.h5' is at step 2, past --steps 1: a resume trains on from the checkpoint's step" \
+  mpi "$tm" "${small[@]}" --steps 1 --resume --ckpt-dir "$work/empty_sizes_steps"
 cp -r "$good" "$work/negative_count"
 "$damage" "$(ls "$work/negative_count"/ckpt_*.h5 | head -1)" count -5 >/dev/null
 expect resume.negative_count 2 "^train_mlp: train state checkpoint: dataset '/opt_state/count' holds -5; an optimizer step count is >= 0$" \
