@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -46,6 +47,23 @@ std::optional<std::string> claim_checkpoint_directory(const std::string& dir, bo
          "): --resume continues that run, --overwrite deletes them and starts over";
 }
 
+std::string json_string(std::string_view text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
+      out += escaped;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
 std::optional<std::string> config_value(const std::string& json, const std::string& key) {
   const std::string name = "\"" + key + "\":";
   std::size_t at = 0;
@@ -56,8 +74,15 @@ std::optional<std::string> config_value(const std::string& json, const std::stri
   if (begin < json.size() && json[begin] == '"') {
     std::string value;
     for (std::size_t i = begin + 1; i < json.size(); ++i) {
-      if (json[i] == '\\' && i + 1 < json.size()) value += json[++i];
-      else if (json[i] == '"') return value;
+      unsigned code = 0;
+      if (json[i] == '\\' && i + 5 < json.size() && json[i + 1] == 'u' &&
+          std::from_chars(json.data() + i + 2, json.data() + i + 6, code, 16).ptr == json.data() + i + 6 &&
+          code < 0x80) {
+        value += static_cast<char>(code);  // json_string's escape of a control character, \u00XX
+        i += 5;
+      } else if (json[i] == '\\' && i + 1 < json.size()) {
+        value += json[++i];
+      } else if (json[i] == '"') return value;
       else value += json[i];
     }
     return std::nullopt;  // an unterminated string

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/mesh_shape.h"
@@ -59,8 +60,12 @@ void check_metrics_path(const Communicator& comm, const std::string& metrics, co
 RunCheckpoints open_run_checkpoints(const Communicator& comm, const std::string& dir, bool resume, bool overwrite,
                                     const ResumeConfig& config = {});
 
-// The value of `key` in flat JSON text, as written: a string's characters without its quotes,
-// another value's text; nullopt when the key is not there.
+// `text` as a JSON string, quotes included: '"', '\\' and control characters escaped, so that what
+// a user gave (a rule's names) cannot end the string or add a key to the stored config.
+std::string json_string(std::string_view text);
+
+// The value of `key` in flat JSON text, as written: a string's characters without its quotes and
+// escapes (json_string's, read back), another value's text; nullopt when the key is not there.
 std::optional<std::string> config_value(const std::string& json, const std::string& key);
 
 // The transformer's sizes that its memory per rank depends on (train_lm, bench_train --model lm).

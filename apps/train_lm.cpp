@@ -91,7 +91,8 @@ std::string config_json(const Options& o, const std::string& data) {
   s << "{\"program\":\"train_lm\",\"batch\":" << o.batch << ",\"seq_len\":" << o.seq_len << ",\"d_model\":"
     << o.d_model << ",\"heads\":" << o.heads << ",\"d_ff\":" << o.d_ff << ",\"layers\":" << o.layers
     << ",\"fsdp\":" << (o.fsdp ? "true" : "false") << ",\"scan\":" << (o.scan ? "true" : "false")
-    << ",\"steps\":" << o.steps << ",\"lr\":" << o.lr << ",\"seed\":" << o.seed << ",\"data\":\"" << data << "\"}";
+    << ",\"steps\":" << o.steps << ",\"lr\":" << o.lr << ",\"seed\":" << o.seed
+    << ",\"data\":" << apps::json_string(data) << "}";
   return s.str();
 }
 

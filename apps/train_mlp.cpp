@@ -59,8 +59,9 @@ std::string config_json(const Options& o) {
   std::ostringstream s;
   s << "{\"program\":\"train_mlp\",\"batch\":" << o.batch << ",\"layers\":" << o.layers << ",\"depth\":" << o.depth
     << ",\"scan\":" << (o.scan ? "true" : "false") << ",\"logical\":" << (o.logical ? "true" : "false")
-    << ",\"rules\":\"" << o.rules << "\",\"lr\":" << o.lr << ",\"loss\":\"" << o.loss << "\",\"input\":\""
-    << o.input << "\",\"examples\":" << o.examples << ",\"seed\":" << o.seed << ",\"microbatches\":" << o.microbatches << ",\"dtype\":\"" << o.dtype << "\"}";
+    << ",\"rules\":" << apps::json_string(o.rules) << ",\"lr\":" << o.lr << ",\"loss\":" << apps::json_string(o.loss)
+    << ",\"input\":" << apps::json_string(o.input) << ",\"examples\":" << o.examples << ",\"seed\":" << o.seed
+    << ",\"microbatches\":" << o.microbatches << ",\"dtype\":" << apps::json_string(o.dtype) << "}";
   return s.str();
 }
 

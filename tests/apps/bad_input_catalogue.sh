@@ -446,6 +446,16 @@ cp -r "$good" "$work/steps_below"
 expect resume.steps_below 2 \
   "^train_mlp: --resume: '$work/steps_below/ckpt_00000002.h5' is at step 2, past --steps 1: a resume trains on from the checkpoint's step \\(give --steps 2 or more, or start a new run in another --ckpt-dir\\)\$" \
   mpi "$tm" "${small[@]}" --steps 1 --resume --ckpt-dir "$work/steps_below"
+# A rule's names are the user's text, stored in the checkpoint's config as a JSON string: names
+# that spell a key (here "seed") stay inside it, and the resume still compares the run's own
+# --seed (until the forty-fourth session the rules were stored unescaped, and this resumed).
+rules_with_key='batch=data,hidden=model,"seed":0}x=model'
+bash "$launch" 1 "$tm" --mesh data=1,model=1 --depth 16 --layers 1 --batch 8 --steps 1 --quiet --logical \
+  --rules "$rules_with_key" --ckpt-dir "$work/rules_with_key" >"$work/fixture_rules.log" 2>&1 ||
+  { echo "FAIL: could not make the rules fixture"; cat "$work/fixture_rules.log"; exit 1; }
+expect resume.rules_spell_a_key 2 \
+  "^train_mlp: --resume: '$work/rules_with_key/ckpt_00000001.h5' was saved with --seed 0, this run has --seed 7: a resume continues" \
+  mpi "$tm" "${small[@]}" --steps 2 --logical --rules "$rules_with_key" --seed 7 --resume --ckpt-dir "$work/rules_with_key"
 # --metrics naming a file the run reads or keeps: inside --ckpt-dir (a resume cut a checkpoint
 # named there back to its last newline and appended JSON to it; a save's new `latest` replaced
 # the metrics), the --data file, or another run's checkpoint, which a fresh run overwrote. Refused
