@@ -3,7 +3,8 @@
 # with Adam on 8 ranks of this machine, mesh data=2,model=4, on synthetic teacher data, for 300
 # steps, checkpointing to build/checkpoints every 100 steps (the last 2 kept). Extra arguments go
 # to train_mlp and override the defaults here (e.g. `bash scripts/run.sh --steps 50 --scan`);
-# `--resume` continues the last run, and a `--ckpt-dir` of the user's is never overwritten.
+# `--resume` continues the last run, and a `--ckpt-dir` of the user's is never overwritten;
+# `--help` and `--version` print train_mlp's and end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The build as one progress line; its whole log only when it fails.
@@ -24,6 +25,8 @@ own_ckpt_dir=0 resume=0 metrics=build/train_mlp_metrics.jsonl
 for ((i = 1; i <= $#; i++)); do
   arg=${!i}
   case $arg in
+    # train_mlp prints and trains nothing: no run, no plots (an earlier run's would pass for this one's).
+    -h | --help | --version) exec bash scripts/mpirun/local.sh 1 build/apps/train_mlp "$@" ;;
     --ckpt-dir | --ckpt-dir=*) own_ckpt_dir=1 ;;
     --resume) resume=1 ;;
     --metrics) j=$((i + 1)); metrics=${!j:-$metrics} ;;
