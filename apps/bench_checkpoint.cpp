@@ -187,6 +187,13 @@ PlainFigures plain_write_read(const std::string& path, std::int64_t bytes) {
 void bench_state(const Mesh& mesh, const std::string& name, int layers, std::int64_t depth, const std::string& dir,
                  int repeats) {
   const int rank = mesh.rank();
+  // The state and its restore target, each 3 x 2 x layers blocks [depth, depth / split] in f32
+  // on a rank (mlp_state), refused on every rank before either is allocated when they exceed its
+  // share of the node's memory (until the forty-fourth session nothing was checked, and the
+  // largest --large-layers and --large-depth went on to allocate 16 GiB tensors).
+  const std::int64_t columns = block_chunk(depth, mesh.shape().sizes().back());
+  apps::check_memory(2 * 3 * 2 * static_cast<double>(layers) * static_cast<double>(depth) * static_cast<double>(columns) *
+                     4.0);
   nn::TrainState state = mlp_state(mesh, layers, depth, true);
   nn::TrainState target = mlp_state(mesh, layers, depth, false);
   const std::int64_t bytes = state_bytes(state);

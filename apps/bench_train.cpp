@@ -738,11 +738,6 @@ double local_param_count(const nn::ParamInfos& infos, const MeshShape& mesh) {
 // 17.9, 20.0 and 22.5.
 constexpr double kPeakBytesPerParam = 20.0;
 
-// Refuses, on every rank, before any state is allocated, a configuration whose train state
-// exceeds this rank's share of the node's memory (a data-parallel copy of a large model on
-// each of many ranks): "needs N GiB per rank, this machine has M GiB".
-void check_fits(double local_params) { apps::check_memory(kPeakBytesPerParam * local_params); }
-
 Measured run_mlp(const Options& o, int world_size, const BeforeState& before_state) {
   const Strategy strategy = o.strategy.empty() ? Strategy{o.mesh.empty() ? default_mesh(world_size) : o.mesh}
                                                : strategy_for(o.strategy, world_size);
@@ -753,7 +748,18 @@ Measured run_mlp(const Options& o, int world_size, const BeforeState& before_sta
   model.w2_spec = strategy.w2;
   const nn::ParamInfos infos = nn::abstract_init(model, mesh_shape, rules, {o.batch, o.depth});
   for (const auto& info : infos) validate_spec(info.spec, mesh_shape, info.shape, info.path);
-  check_fits(local_param_count(infos, mesh_shape));
+  // Refused on every rank before anything is allocated ("needs N GiB per rank, this machine has
+  // M GiB"): the train state (a data-parallel copy of a large model on each of many ranks), and
+  // what grows with the batch: the step's activations (train_mlp's estimate) and the floor's
+  // products measured on the whole batch, x[B, d] W[d, n] = y[B, n] in f32 (n = d / model).
+  // Until the forty-fourth session only the state was checked, and a --batch of 2^28 at depth 8
+  // went on to allocate 8 GiB for the floor's products on a machine of 23.5.
+  const double b = static_cast<double>(o.batch), d = static_cast<double>(o.depth);
+  const double n = d / static_cast<double>(shard_count(parse_spec("P(model)"), mesh_shape, 0));
+  apps::check_memory(std::max({kPeakBytesPerParam * local_param_count(infos, mesh_shape),
+                               apps::mlp_bytes_per_rank({o.batch, o.layers, o.depth, false, false}, infos, mesh_shape,
+                                                        parse_spec("P(data)")),
+                               4.0 * (b * d + d * n + b * n)}));
 
   // What each rank must compute and move. Each layer has 2 matmuls of 2*B*d*d FLOPs forward and
   // 4 backward (a weight and an input gradient each), less the input gradient of layer 0, which

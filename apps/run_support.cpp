@@ -205,6 +205,29 @@ RunCheckpoints open_run_checkpoints(const Communicator& comm, const std::string&
   return out;
 }
 
+double mlp_bytes_per_rank(const MlpSizes& o, const nn::ParamInfos& infos, const MeshShape& mesh, const Spec& x_spec) {
+  const auto local_numel = [](const Shape& s) {
+    double n = 1;
+    for (auto d : s) n *= static_cast<double>(d);
+    return n;
+  };
+  double params = 0, largest_global = 0, largest_local = 0;
+  for (const auto& info : infos) {
+    const double bytes = static_cast<double>(dtype_size(info.dtype));
+    const double local = local_numel(max_local_shape(info.spec, mesh, info.shape)) * bytes;
+    params += local;
+    largest_local = std::max(largest_local, local);
+    // A stack's picture gathers one layer only.
+    const double global = local_numel(info.shape) * bytes;
+    largest_global = std::max(largest_global, info.shape.size() == 3 ? global / info.shape[0] : global);
+  }
+  const double rows = static_cast<double>(block_chunk(o.batch, shard_count(x_spec.padded(2), mesh, 0)));
+  const double block = rows * static_cast<double>(o.depth) * (o.bf16 ? 2.0 : 4.0);
+  const double activations = o.remat ? (o.layers + 4.0) * block : 4.0 * o.layers * block;
+  const double casts = o.bf16 ? params / 2 : 0;  // bf16 copies of the f32 parameters
+  return 4 * params + casts + activations + 2 * block + largest_global + largest_local;
+}
+
 double lm_bytes_per_rank(const LmSizes& o, const nn::ParamInfos& infos, const MeshShape& mesh) {
   double params = 0;
   for (const auto& info : infos) {

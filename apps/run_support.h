@@ -68,6 +68,25 @@ std::string json_string(std::string_view text);
 // escapes (json_string's, read back), another value's text; nullopt when the key is not there.
 std::optional<std::string> config_value(const std::string& json, const std::string& key);
 
+// The MLP's sizes that its memory per rank depends on (train_mlp, bench_train --model mlp).
+struct MlpSizes {
+  std::int64_t batch, layers, depth;
+  bool bf16, remat;
+};
+// Memory estimate (bytes per rank), from each rank's local shapes, in double so that absurd sizes
+// give a figure instead of an overflow (the estimate runs before anything is allocated):
+//   parameters, gradients and Adam's two moments: 4 x the local parameter bytes;
+//   activations kept for the backward pass: per layer x, x@W1, relu(x@W1) and their product
+//     with W2, each at most a local batch block (`x_spec`'s rows) of depth columns:
+//     4 x layers x rows x depth elements of the compute dtype; with remat one block per layer
+//     plus one layer's four (recomputed in the backward pass); with bf16 also the parameters'
+//     bf16 copies;
+//   buffers: the batch (input and targets, 2 blocks), one gathered parameter (the picture of
+//     layer 0, the inference output) and the collectives' staging copy of the largest block.
+// It is a lower bound of the peak (the allocator, MPI and HDF5 add their own), so a refusal is
+// certain not to fit; a run just under it may still fail.
+double mlp_bytes_per_rank(const MlpSizes& mlp, const nn::ParamInfos& infos, const MeshShape& mesh, const Spec& x_spec);
+
 // The transformer's sizes that its memory per rank depends on (train_lm, bench_train --model lm).
 struct LmSizes {
   std::int64_t batch, seq_len, d_model, heads, d_ff, layers;

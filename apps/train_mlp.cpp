@@ -117,44 +117,10 @@ void validate_setup(const Options& o, const nn::ParamInfos& infos, const MeshSha
   if (o.resume && o.overwrite) throw UsageError("--resume and --overwrite exclude each other");
 }
 
-// Memory estimate (bytes per rank), from each rank's local shapes, in double so that absurd sizes
-// give a figure instead of an overflow (the estimate runs before anything is allocated):
-//   parameters, gradients and Adam's two moments: 4 x the local parameter bytes;
-//   activations kept for the backward pass: per layer x, x@W1, relu(x@W1) and their product
-//     with W2, each at most a local batch block of depth columns: 4 x layers x rows x depth
-//     elements of the compute dtype; with --remat one block per layer plus one layer's four
-//     (recomputed in the backward pass); with bf16 also the parameters' bf16 copies;
-//   buffers: the batch (input and targets, 2 blocks), one gathered parameter (the picture of
-//     layer 0, the inference output) and the collectives' staging copy of the largest block.
-// It is a lower bound of the peak (the allocator, MPI and HDF5 add their own), so a refusal is
-// certain not to fit; a run just under it may still fail.
-double estimate_bytes_per_rank(const Options& o, const nn::ParamInfos& infos, const MeshShape& mesh, const Spec& x_spec) {
-  const auto local_numel = [](const Shape& s) {
-    double n = 1;
-    for (auto d : s) n *= static_cast<double>(d);
-    return n;
-  };
-  double params = 0, largest_global = 0, largest_local = 0;
-  for (const auto& info : infos) {
-    const double bytes = static_cast<double>(dtype_size(info.dtype));
-    const double local = local_numel(max_local_shape(info.spec, mesh, info.shape)) * bytes;
-    params += local;
-    largest_local = std::max(largest_local, local);
-    // A stack's picture gathers one layer only.
-    const double global = local_numel(info.shape) * bytes;
-    largest_global = std::max(largest_global, info.shape.size() == 3 ? global / info.shape[0] : global);
-  }
-  const double rows = static_cast<double>(block_chunk(o.batch, shard_count(x_spec.padded(2), mesh, 0)));
-  const nn::Precision precision = nn::Precision::parse(o.dtype);
-  const double block = rows * static_cast<double>(o.depth) * static_cast<double>(dtype_size(precision.compute));
-  const double activations = o.remat ? (o.layers + 4.0) * block : 4.0 * o.layers * block;
-  const double casts = precision.mixed() ? params * dtype_size(precision.compute) / dtype_size(precision.param) : 0;
-  return 4 * params + casts + activations + 2 * block + largest_global + largest_local;
-}
-
 // Refuses, before anything is allocated, a model whose estimate exceeds this rank's share.
 void check_memory(const Options& o, const nn::ParamInfos& infos, const MeshShape& mesh, const Spec& x_spec) {
-  apps::check_memory(estimate_bytes_per_rank(o, infos, mesh, x_spec));
+  const bool bf16 = nn::Precision::parse(o.dtype).mixed();
+  apps::check_memory(apps::mlp_bytes_per_rank({o.batch, o.layers, o.depth, bf16, o.remat}, infos, mesh, x_spec));
 }
 
 int run(const Options& o, int world_rank) {

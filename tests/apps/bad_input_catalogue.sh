@@ -297,6 +297,13 @@ flag bench_train.layers_too_many 2 '^bench_train: --layers must be <= 10000, got
   mpi "$apps/bench_train" --depth 1 --layers 100000
 expect bench_train.lm_activations_do_not_fit 2 '^bench_train: needs [0-9]+\.[0-9] GiB per rank, this machine has [0-9]+\.[0-9] GiB$' \
   mpi "$apps/bench_train" --model lm --d-model 32 --heads 2 --d-ff 64 --layers 1 --seq-len 100000000 --batch 2
+# Found in the forty-fourth session: the MLP's check counted its train state alone, and a batch of
+# 2^28 at depth 8 went on to allocate the floor's products (8 GiB each); bench_checkpoint checked
+# nothing and allocated its largest state (16 GiB tensors).
+expect bench_train.batch_does_not_fit 2 '^bench_train: needs [0-9]+\.[0-9] GiB per rank, this machine has [0-9]+\.[0-9] GiB$' \
+  mpi "$apps/bench_train" --strategy dp --batch 4294967296 --depth 8 --layers 1
+expect bench_checkpoint.state_does_not_fit 2 '^bench_checkpoint: needs [0-9]+\.[0-9] GiB per rank, this machine has [0-9]+\.[0-9] GiB$' \
+  mpi "$apps/bench_checkpoint" --mesh "$mesh" --state large --large-layers 1024 --large-depth 65536 --dir "$work/bench_ckpt_big"
 expect bench_train.copy_mib_does_not_fit 2 \
   '^bench_train: --copy-mib 65536: the copy measurement needs 128\.0 GiB per rank, this machine has [0-9]+\.[0-9] GiB$' \
   mpi "$apps/bench_train" --copy-mib 65536
