@@ -26,8 +26,10 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "core/tensor.h"
+#include "mesh/fail_together.h"
 #include "mesh/mesh.h"
 
 namespace tessera {
@@ -71,6 +73,17 @@ class CollectiveCheck {
 template <class Describe>
 void check_entry(const Mesh& mesh, Describe&& describe) {
   if (collective_check_depth() == 0 && collective_check_enabled()) check_same_collective(mesh, describe());
+}
+
+// Runs `check`, this rank's checks of its own block before a collective's messages, always (the
+// checks above are a debug mode). Where a check fails on some ranks only (a block of another
+// extent on one rank, a count past MPI's int on the ranks whose pieces are largest), those ranks
+// would throw while the others wait in the messages for ever: a failure on every rank of the mesh
+// throws on each, one on some ranks only ends the job with its message (mesh/fail_together.h).
+// A check that passes costs nothing.
+template <class F>
+void check_this_rank(const Mesh& mesh, const char* what, F&& check) {
+  fail_together(what, "they wait in its messages", failure_mesh(mesh), std::forward<F>(check));
 }
 
 // "f32 rank-2 blocks": what every rank's block has in common.

@@ -94,23 +94,11 @@ MpiType commit(MPI_Datatype type) {
 }  // namespace
 
 Message contiguous_message(std::int64_t bytes, std::string_view what) {
+  const ByteMessage b = byte_message(bytes, what);
   Message m;
-  if (bytes <= INT_MAX) {
-    m.type = MpiType(MPI_BYTE, false);
-    m.count = static_cast<int>(bytes);
-    return m;
-  }
-  // Smallest element size (a divisor of bytes) that brings the count under the int limit.
-  for (std::int64_t unit = (bytes + INT_MAX - 1) / INT_MAX; unit <= INT_MAX; ++unit) {
-    if (bytes % unit != 0) continue;
-    MPI_Datatype type;
-    check_mpi(MPI_Type_contiguous(static_cast<int>(unit), MPI_BYTE, &type), "MPI_Type_contiguous");
-    m.type = commit(type);
-    m.count = static_cast<int>(bytes / unit);
-    return m;
-  }
-  throw MpiError(std::string(what) + ": a message of " + std::to_string(bytes) +
-                 " bytes cannot be expressed with MPI's int counts");
+  m.type = MpiType(b.type, b.owned);
+  m.count = b.count;
+  return m;
 }
 
 MpiType contiguous_type(std::int64_t bytes, std::string_view what) {

@@ -55,8 +55,7 @@ class MpiType {
   bool owned_ = false;
 };
 
-// `bytes` contiguous bytes as (count, type): MPI_BYTE while the count fits an int, a contiguous
-// type of a divisor of `bytes` beyond. Throws MpiError naming `what` when no such split exists.
+// `bytes` contiguous bytes as (count, type): byte_message (mesh/mpi_check.h), its type owned.
 struct Message {
   MpiType type;
   int count = 0;

@@ -155,19 +155,22 @@ Tensor redistribute(const Mesh& mesh, const Spec& from, const Spec& to, const Sh
 
   // Counts and displacements are in elements (a contiguous type of one element's bytes), so a
   // rank may send and receive up to 2^31 - 1 elements in all, not 2^31 - 1 bytes.
+  // Each rank's boxes are its own: the count checks may fail on some ranks only (check_this_rank).
   std::vector<int> send_counts(group, 0), send_displs(group, 0), recv_counts(group, 0), recv_displs(group, 0);
   std::int64_t send_total = 0, recv_total = 0;  // elements
-  for (const auto& box : boxes.sends) {
-    if (box.peer == me) continue;
-    send_counts[box.peer] = checked_count(box.numel(), "reshard (redistribute)");
-    send_total += box.numel();
-  }
-  for (const auto& box : boxes.receives) {
-    if (box.peer == me) continue;
-    recv_counts[box.peer] = checked_count(box.numel(), "reshard (redistribute)");
-    recv_total += box.numel();
-  }
-  checked_count(std::max(send_total, recv_total), "reshard (redistribute)");
+  check_this_rank(mesh, "reshard (redistribute)", [&] {
+    for (const auto& box : boxes.sends) {
+      if (box.peer == me) continue;
+      send_counts[box.peer] = checked_count(box.numel(), "reshard (redistribute)");
+      send_total += box.numel();
+    }
+    for (const auto& box : boxes.receives) {
+      if (box.peer == me) continue;
+      recv_counts[box.peer] = checked_count(box.numel(), "reshard (redistribute)");
+      recv_total += box.numel();
+    }
+    checked_count(std::max(send_total, recv_total), "reshard (redistribute)");
+  });
   for (int p = 1; p < group; ++p) {
     send_displs[p] = send_displs[p - 1] + send_counts[p - 1];
     recv_displs[p] = recv_displs[p - 1] + recv_counts[p - 1];

@@ -123,7 +123,8 @@ Tensor all_gather(const Mesh& mesh, const Tensor& local, const Axes& axes, int d
   });
   const Communicator& comm = mesh.axes_comm(axes);
   const int n = comm.size();
-  detail::check_my_extent(local, dim, extents, n, comm.rank(), "all_gather");
+  detail::check_this_rank(mesh, "all_gather",
+                          [&] { detail::check_my_extent(local, dim, extents, n, comm.rank(), "all_gather"); });
   if (detail::all_equal(extents)) return all_gather(mesh, local, axes, dim);
   const CommTimer timer;
   Shape out_shape = local.shape();
@@ -242,7 +243,9 @@ Tensor all_to_all(const Mesh& mesh, const Tensor& local, const Axes& axes, int s
     throw ShapeError("all_to_all: " + std::to_string(send_layout.n()) + " split extents for a group of " +
                      std::to_string(n) + " ranks");
   }
-  detail::check_my_extent(local, concat_dim, concat_extents, n, me, "all_to_all (concat dimension)");
+  detail::check_this_rank(mesh, "all_to_all", [&] {
+    detail::check_my_extent(local, concat_dim, concat_extents, n, me, "all_to_all (concat dimension)");
+  });
   if (split_dim == concat_dim) throw ShapeError("all_to_all: the split and concat dimensions are the same");
   if (detail::all_equal(split_extents) && detail::all_equal(concat_extents)) {
     return all_to_all(mesh, local, axes, split_dim, concat_dim);
@@ -263,9 +266,12 @@ Tensor all_to_all(const Mesh& mesh, const Tensor& local, const Axes& axes, int s
     send_units[k] = send_layout.block_bytes(k) / elem;
     recv_units[k] = recv_layout.block_bytes(k) / elem;
   }
+  // A rank's totals differ from another's (its own rows of the split, its own share of the concat).
   std::vector<int> send_counts, send_displs, recv_counts, recv_displs;
-  detail::counts_and_displs(send_units, &send_counts, &send_displs, "all_to_all");
-  detail::counts_and_displs(recv_units, &recv_counts, &recv_displs, "all_to_all");
+  detail::check_this_rank(mesh, "all_to_all", [&] {
+    detail::counts_and_displs(send_units, &send_counts, &send_displs, "all_to_all");
+    detail::counts_and_displs(recv_units, &recv_counts, &recv_displs, "all_to_all");
+  });
   Tensor send = detail::scratch_buffer(bytes);
   if (bytes > 0) detail::pack_var(local.raw(), send.raw(), send_layout);
   Tensor recv = detail::scratch_buffer(static_cast<std::int64_t>(out.nbytes()));

@@ -28,7 +28,7 @@ void rethrow_first_error(const Communicator& comm, const std::exception_ptr& loc
 
 // How many seconds a rank that failed waits for the other ranks to reach the agreement on it before
 // it ends the job: the programs' error path (apps/cli_main.h), a shard_map body that threw
-// (nn/shard_map.cpp) and a step's loss function or backward pass that threw (nn/fail_together.h).
+// (nn/shard_map.cpp) and a step's loss function or backward pass that threw (mesh/fail_together.h).
 // TESSERA_FAILED_RANK_WAIT (core/env_settings.h): 1, 3 (also when unset), 10, 30 or 100. Checks
 // that every rank makes fail within milliseconds of each other; 3 s covers 8 ranks oversubscribed
 // on 2 cores, a larger value ranks that reach a check far apart (a job of many hosts). Mesh::create

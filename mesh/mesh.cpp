@@ -81,6 +81,9 @@ Mesh Mesh::create(MeshShape shape, const Communicator& comm) {
   // collective that is out of step. A mesh made with the plain constructor makes it at its
   // first check.
   if (env_choice(env_setting("TESSERA_COLLECTIVE_CHECK")) == 1) (void)mesh.check_comm();
+  // The failure communicator (mesh/fail_together.h) likewise: a rank whose check inside a
+  // collective threw enters it alone.
+  if (mesh.size() > 1) (void)mesh.failure_comm();
   return mesh;
 }
 

@@ -57,10 +57,11 @@ class Mesh {
   // TESSERA_COLLECTIVE_CHECK=1).
   const Communicator& check_comm() const;
   // A fourth duplicate of comm(), for the agreement a rank enters when the user's code it ran in a
-  // step (train_step's and value_and_grad's loss function, infer_step's apply function) or the
-  // backward pass (gradients) threw: the other ranks enter it only when theirs threw too, so it
-  // must match no other call. Cached; the first call is collective over the mesh (those calls make
-  // it before they run the code; nn/fail_together.h).
+  // step (train_step's and value_and_grad's loss function, infer_step's apply function), the
+  // backward pass (gradients) or a collective's checks of this rank's arguments threw: the other
+  // ranks enter it only when theirs threw too, so it must match no other call
+  // (mesh/fail_together.h). Cached; the first call is collective over the mesh, and Mesh::create
+  // makes it on more than one rank.
   const Communicator& failure_comm() const;
   // The number of this mesh's checked collectives so far, this one included
   // (TESSERA_COLLECTIVE_CHECK, collectives/collective_check.h); copies share the count.

@@ -71,23 +71,11 @@ Tensor ShardedTensor::to_global() const {
   }
   const Tensor& send_block = even ? local_ : padded_block;
   std::vector<std::byte> all(checked_mul<std::size_t>(block_bytes, static_cast<std::size_t>(n), "to_global bytes"));
-  // MPI counts are int: a block over 2^31 - 1 bytes goes as whole elements of a contiguous type
-  // (the smallest divisor of its size that brings the count under the limit).
-  std::int64_t unit = 1;
-  const auto bytes = static_cast<std::int64_t>(block_bytes);
-  if (bytes > INT_MAX) {
-    unit = (bytes + INT_MAX - 1) / INT_MAX;
-    while (bytes % unit != 0) ++unit;  // ends at the latest at bytes itself
-  }
-  MPI_Datatype type = MPI_BYTE;
-  if (unit > 1) {
-    if (unit > INT_MAX) throw MpiError("to_global: a block of " + std::to_string(bytes) + " bytes has no int count");
-    check_mpi(MPI_Type_contiguous(static_cast<int>(unit), MPI_BYTE, &type), "MPI_Type_contiguous (to_global)");
-    check_mpi(MPI_Type_commit(&type), "MPI_Type_commit (to_global)");
-  }
-  const int count = static_cast<int>(bytes / unit);
-  const int rc = MPI_Allgather(send_block.raw(), count, type, all.data(), count, type, mesh_.comm().handle());
-  if (unit > 1) MPI_Type_free(&type);
+  // MPI counts are int: a block over 2^31 - 1 bytes goes as units of a larger type (byte_message).
+  ByteMessage message = byte_message(static_cast<std::int64_t>(block_bytes), "to_global");
+  const int rc = MPI_Allgather(send_block.raw(), message.count, message.type, all.data(), message.count, message.type,
+                               mesh_.comm().handle());
+  if (message.owned) MPI_Type_free(&message.type);
   check_mpi(rc, "MPI_Allgather (to_global)");
   // A partial bf16 value is summed in f32 in rank order and rounded once (semantics 8, as a
   // reshard's reduction does): adding bf16 blocks one at a time rounded after each add, and lost

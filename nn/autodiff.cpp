@@ -11,7 +11,7 @@
 #include "collectives/reshard.h"
 #include "core/error.h"
 #include "core/kernels.h"
-#include "nn/fail_together.h"
+#include "mesh/fail_together.h"
 #include "nn/propagation.h"
 #include "nn/var.h"
 
@@ -304,10 +304,10 @@ std::vector<std::optional<ShardedTensor>> gradients(const Var& y, const ShardedT
   if (!y.requires_grad()) return std::vector<std::optional<ShardedTensor>>(wrt.size());
   // An op's backward is code of its own (a user's op made with make_result, or the library's): one
   // that throws on some ranks only ends the job with its message instead of leaving the other
-  // ranks in a collective (nn/fail_together.h); one that throws on every rank stands on each.
-  return detail::fail_together("gradients: the backward pass",
+  // ranks in a collective (mesh/fail_together.h); one that throws on every rank stands on each.
+  return tessera::detail::fail_together("gradients: the backward pass",
                                "they wait in a collective of the backward pass or one after it, or still run it",
-                               detail::failure_mesh(y.mesh()), [&] { return backward_pass(y, seed, wrt, options); });
+                               tessera::detail::failure_mesh(y.mesh()), [&] { return backward_pass(y, seed, wrt, options); });
 }
 
 std::vector<std::optional<ShardedTensor>> gradients(const Var& y, const std::vector<Var>& wrt,

@@ -9,7 +9,7 @@
 #include "collectives/reshard.h"
 #include "core/error.h"
 #include "core/kernels.h"
-#include "nn/fail_together.h"
+#include "mesh/fail_together.h"
 #include "nn/ops.h"
 
 namespace tessera::nn {
@@ -83,7 +83,7 @@ using ApplyRows = std::function<void(const std::string& path, ShardedTensor& par
 using GradSpec = std::function<const Spec*(const std::string& path)>;
 
 // `caller` names the entry point (train_step, value_and_grad) in the message of a loss function
-// that threw on some ranks only (detail::fail_together, nn/fail_together.h).
+// that threw on some ranks only (detail::fail_together, mesh/fail_together.h).
 LossAndGrads value_and_grad_lent(const char* caller, ParamTree& params, const LossFn& loss_fn, const Batch& batch,
                                  const StepOptions& options, const ApplyGradient& apply = {},
                                  const ApplyRows& apply_rows = {}, const GradSpec& grad_spec = {});
@@ -104,7 +104,7 @@ constexpr const char* kOthersInTheStep = "they wait in one of the step's collect
 // The mesh whose ranks run a step's user function together (the first parameter's), with its
 // failure communicator made while every rank is here; null on one rank.
 const Mesh* failure_mesh(const VarTree& vars) {
-  return vars.empty() ? nullptr : detail::failure_mesh(vars.begin()->second.mesh());
+  return vars.empty() ? nullptr : tessera::detail::failure_mesh(vars.begin()->second.mesh());
 }
 
 // With `apply` the gradients are not returned: each goes to `apply` during the last microbatch's
@@ -161,7 +161,7 @@ LossAndGrads value_and_grad_lent(const char* caller, ParamTree& params, const Lo
   const std::string what = std::string(caller) + ": the loss function";
   for (int i = 0; i < k; ++i) {
     Batch mb{microbatch(batch.x, i, k), batch.y ? std::optional(microbatch(*batch.y, i, k)) : std::nullopt};
-    Var loss = detail::fail_together(what.c_str(), kOthersInTheStep, mesh, [&] { return loss_fn(vars, mb); });
+    Var loss = tessera::detail::fail_together(what.c_str(), kOthersInTheStep, mesh, [&] { return loss_fn(vars, mb); });
     GradOptions grad_options{false, {}, {}, {}};
     if (apply && i == k - 1) {
       grad_options.ready = [&](std::size_t j, ShardedTensor g) {
@@ -197,7 +197,7 @@ LossAndGrads value_and_grad_lent(const char* caller, ParamTree& params, const Lo
 ShardedTensor infer_step(ParamTree& params, const ApplyFn& apply, const ShardedTensor& x) {
   LentParams lent(params, false);
   const Mesh* mesh = failure_mesh(lent.vars());
-  return detail::fail_together("infer_step: the apply function", kOthersInTheStep, mesh,
+  return tessera::detail::fail_together("infer_step: the apply function", kOthersInTheStep, mesh,
                                [&] { return apply(lent.vars(), Var(x)); })
       .value();
 }

@@ -499,10 +499,22 @@ TEST(Collectives, BadInputIsAnErrorOnEveryRank) {
 TEST(Collectives, CountsBeyondIntAreAClearError) {
   EXPECT_THROW(detail::checked_count(std::int64_t(1) << 31, "all_gather"), MpiError);
   EXPECT_EQ(detail::checked_count((std::int64_t(1) << 31) - 1, "x"), 2147483647);
-  // A message over 2 GiB becomes a contiguous type of a divisor of its size.
-  auto m = detail::contiguous_message((std::int64_t(1) << 33), "all_gather");
-  EXPECT_EQ(m.count, 1 << 30);  // the smallest divisor of 2^33 above 2^33 / (2^31 - 1) is 8
   EXPECT_EQ(detail::contiguous_message(100, "x").count, 100);
+  // A message over 2 GiB: units of 1 MiB (2^33 bytes: 8192 of them), or one type of all its bytes
+  // where some are left after the last unit: 2.24 GB (large_transfer_test's block), and twice a
+  // prime above 2^31, which no divisor search below 2^31 splits (until the forty-fourth session
+  // every rank tried each in turn, for seconds, then refused the message).
+  for (const std::int64_t bytes : {std::int64_t(1) << 33, std::int64_t(2'240'000'000), std::int64_t(2) * 2147483659}) {
+    const auto m = detail::contiguous_message(bytes, "all_gather");
+    MPI_Count size = 0, lb = 0, extent = 0;
+    ASSERT_EQ(MPI_Type_size_x(m.type.get(), &size), MPI_SUCCESS);
+    ASSERT_EQ(MPI_Type_get_extent_x(m.type.get(), &lb, &extent), MPI_SUCCESS);
+    EXPECT_EQ(m.count, bytes % (1 << 20) == 0 ? bytes >> 20 : 1) << bytes;
+    EXPECT_EQ(size * m.count, bytes) << bytes;
+    EXPECT_EQ(lb, 0) << bytes;
+    EXPECT_EQ(extent, size) << bytes;  // consecutive messages (a gather's blocks) lie back to back
+  }
+  EXPECT_THROW(detail::contiguous_message(std::int64_t(1) << 52, "x"), MpiError);
 }
 
 TEST(CommScope, CountsOnlyItsLifetimeAndSurvivesAReset) {

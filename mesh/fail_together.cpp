@@ -1,5 +1,5 @@
-// The failure barrier of nn/fail_together.h.
-#include "nn/fail_together.h"
+// The failure barrier of mesh/fail_together.h.
+#include "mesh/fail_together.h"
 
 #include <mpi.h>
 
@@ -7,7 +7,7 @@
 
 #include "mesh/agree.h"
 
-namespace tessera::nn::detail {
+namespace tessera::detail {
 
 const Mesh* failure_mesh(const Mesh& mesh) {
   if (!mesh.valid() || mesh.size() == 1) return nullptr;
@@ -26,4 +26,4 @@ void wait_for_every_rank_to_throw(const char* what, const char* where_others_are
                    thrown);
 }
 
-}  // namespace tessera::nn::detail
+}  // namespace tessera::detail
