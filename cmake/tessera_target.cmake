@@ -40,6 +40,8 @@ function(tessera_library name)
   target_include_directories(tessera_${name} PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
                                                     $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/tessera>)
   target_link_libraries(tessera_${name} PUBLIC ${ARG_DEPENDS} PRIVATE ${ARG_PRIVATE_DEPENDS})
+  # The headers are C++20: a consumer compiles them so without setting a standard of its own.
+  target_compile_features(tessera_${name} PUBLIC cxx_std_20)
   tessera_target_options(tessera_${name})
   tessera_unity_build(tessera_${name})
   install(TARGETS tessera_${name} EXPORT tesseraTargets
