@@ -177,9 +177,14 @@ void Optimizer::update_param(const std::string& path, ShardedTensor& p, const Sh
   const ShardedTensor& grad = g.spec() == spec ? g : g_part;
   const MeshShape& mesh = p.mesh().shape();
   const Spec have = p.spec().padded(p.ndim()), want = spec.padded(p.ndim());
-  // Where the state's spec adds axes to one dimension d (as state_spec does) whose blocks tile
-  // the parameter's block along d, and no dimension before d is longer than 1 in the block, the
-  // part is a run of the block: it is updated there and gathered in place.
+  // Where the state's spec adds axes to one dimension d (as state_spec does), the state's blocks
+  // along d are even (so they tile the parameter's, and every group gathers the same extents), and
+  // no dimension before d is longer than 1 in any rank's block, the part is a run of the block: it
+  // is updated there and gathered in place. The choice is made from the specs, the mesh and the
+  // global shape alone, the same on every rank, as the two paths run different collectives: until
+  // the forty-fourth session it read this rank's block, and with uneven blocks some ranks gathered
+  // in place while the others resharded (a hang; and a part whose extents summed to the block's
+  // without lying in it was written past the block's end).
   int d = -1;
   bool in_place = true;
   for (int k = 0; k < p.ndim() && in_place; ++k) {
@@ -188,25 +193,21 @@ void Optimizer::update_param(const std::string& path, ShardedTensor& p, const Sh
     in_place = d < 0 && want.dims[k].size() > a.size() && std::equal(a.begin(), a.end(), want.dims[k].begin());
     d = k;
   }
-  in_place = in_place && d >= 0;
-  const Tensor& block = p.local();
-  for (int k = 0; in_place && k < d; ++k) in_place = block.shape()[k] == 1;
+  in_place = in_place && d >= 0 && p.global_shape()[d] % shard_count(want, mesh, d) == 0;
+  for (int k = 0; in_place && k < d; ++k) in_place = block_chunk(p.global_shape()[k], shard_count(have, mesh, k)) <= 1;
   if (in_place) {
+    const Tensor& block = p.local();
     const Axes extra(want.dims[d].begin() + static_cast<std::ptrdiff_t>(have.dims[d].size()), want.dims[d].end());
     const std::vector<int> coords = p.mesh().coords();
     const std::vector<std::int64_t> extents =
         group_block_extents(want, mesh, p.global_shape(), d, extra, coords);
-    std::int64_t sum = 0;
-    for (const std::int64_t e : extents) sum += e;
-    if (sum == block.shape()[d]) {
-      std::int64_t inner = 1;
-      for (int k = d + 1; k < p.ndim(); ++k) inner *= block.shape()[k];
-      const std::int64_t offset = block_offsets(want, mesh, p.global_shape(), coords)[d] -
-                                  block_offsets(have, mesh, p.global_shape(), coords)[d];
-      update_elements(path, p, state, 0, grad.local().numel(), grad.local().raw(), offset * inner);
-      all_gather_in_place(p.mesh(), p.local(), extra, d, extents);
-      return;
-    }
+    std::int64_t inner = 1;
+    for (int k = d + 1; k < p.ndim(); ++k) inner *= block.shape()[k];
+    const std::int64_t offset = block_offsets(want, mesh, p.global_shape(), coords)[d] -
+                                block_offsets(have, mesh, p.global_shape(), coords)[d];
+    update_elements(path, p, state, 0, grad.local().numel(), grad.local().raw(), offset * inner);
+    all_gather_in_place(p.mesh(), p.local(), extra, d, extents);
+    return;
   }
   // Any other split of the state (one restored or made by hand): a copy of the part, updated,
   // then resharded back.

@@ -568,6 +568,43 @@ TEST(ShardedState, SpecSplitsTheFirstDimensionTheReplicasDivide) {
   }
 }
 
+// Optimizer::update chooses between gathering the state's part in place and a reshard there and
+// back from the specs, the mesh and the global shape, the same on every rank: the two run
+// different collectives. Until the forty-fourth session it read this rank's block: on x=2,y=2 a
+// [3, 4] parameter P(x, None), its state split over y along dimension 1 (P(x, y)), gathered in
+// place on x=1 (a block of one row) and resharded on x=0 (two rows), and with blocks of other
+// sizes ranks waited in different collectives for ever. Every rank now runs the same collectives,
+// and the update has the bits of one with a replicated state.
+TEST(ShardedState, UpdateTakesOnePathOnEveryRank) {
+  if (testing_support::world_size() != 4) GTEST_SKIP() << "a 2 x 2 mesh";
+  Mesh mesh = Mesh::world(MeshShape({"x", "y"}, {2, 2}));
+  ParamTree params, grads;
+  params.emplace("w", ShardedTensor::from_global(mesh, parse_spec("P(x, None)"),
+                                                 testing_util::test_values({3, 4}, 1, DType::f32), "w"));
+  grads.emplace("w", ShardedTensor::from_global(mesh, parse_spec("P(x, None)"),
+                                                testing_util::test_values({3, 4}, 2, DType::f32), "w"));
+  Optimizer sharded_opt = adam(0.1);
+  sharded_opt.shard_state_over = {"y"};
+  OptState sharded_state = sharded_opt.init(params);
+  ASSERT_EQ(sharded_state.mu.at("w").spec().to_string(), "P(x, y)");
+  const Optimizer opt = adam(0.1);
+  OptState state = opt.init(params);
+  ParamTree updated = params, expected = params;
+  CommScope scope;
+  sharded_opt.update(updated, grads, sharded_state);
+  std::string ran;
+  for (CommRecord record : scope.records()) {
+    record.bytes = 0;  // a rank's own: blocks of 2 rows on x=0, 1 on x=1
+    ran += to_string(record) + "\n";
+  }
+  opt.update(expected, grads, state);
+  EXPECT_TRUE(updated.at("w").to_global().bit_equal(expected.at("w").to_global()));
+  // The collectives this rank ran, against rank 0's.
+  std::uint64_t hash = std::hash<std::string>{}(ran), first = hash;
+  MPI_Bcast(&first, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  EXPECT_EQ(hash, first) << "rank " << mesh.rank() << " ran:\n" << ran;
+}
+
 // A train step whose optimizer state is split over the axes that replicate the weights gives the
 // bits of one whose state is replicated: the loss, the weights and both moments (gathered),
 // step after step, with one microbatch and two. Meshes: the batch split over data (gradients
