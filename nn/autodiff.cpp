@@ -126,6 +126,14 @@ class Accumulator : public GradSink {
     if (!(cotangent.spec() == slab_spec)) resharded = reshard(cotangent, slab_spec);
     const ShardedTensor& grad = resharded ? *resharded : cotangent;
     auto& slot = grads_[in];
+    if (slot && !(slot->spec() == full)) {
+      // A slot add() made in a raw cotangent's spec (kept raw: value_and_grad, train_step), which
+      // may be partial or split otherwise: the slab below adds to blocks laid out as `full`. Until
+      // the forty-fourth session it added the whole slab to each rank's partial share (counted
+      // once per rank by the reduction after), or refused a block split the other way.
+      complete(unwritten_, in, *slot);
+      slot = reshard(std::move(*slot), full);
+    }
     if (!slot) {
       const Shape local = local_shape(full, primal.mesh().shape(), primal.global_shape(), primal.mesh().coords());
       slot = ShardedTensor(primal.mesh(), full, primal.global_shape(), Tensor::empty(local, primal.dtype()));

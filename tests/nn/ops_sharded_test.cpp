@@ -15,6 +15,7 @@
 #include "collectives/reshard.h"
 #include "core/error.h"
 #include "nn/einsum.h"
+#include "nn/train.h"
 #include "tests/nn/nn_test_util.h"
 #include "tests/nn/op_cases.h"
 #include "tests/test_meshes.h"
@@ -148,6 +149,44 @@ TEST(OpsSharded, WeightGradientOfASmallBatchGathersItsOperands) {
   EXPECT_EQ(grads[0]->spec().to_string(), Spec::replicated(2).to_string());
   EXPECT_EQ(scope.count(CommOp::all_gather), 2);
   EXPECT_EQ(scope.count(CommOp::all_reduce), 0);
+}
+
+// A stacked weight used whole and through take_layer: value_and_grad keeps its cotangent raw
+// (partial over data from the whole use's contraction over the split batch, or split over data from
+// a product with a tensor split so), and the layer's slab lands in it as the one-rank gradient
+// has it, whichever use the backward meets first. Until the forty-fourth session the slab was added
+// to every rank's partial share (counted once per rank: 0.899 for 0.599 on 2 ranks) or refused
+// ("add_to_slab: slab [4, 8] is not a slab of [2, 4, 4]").
+TEST(OpsSharded, AStackedWeightUsedWholeAndByLayerGetsTheOneRankGradient) {
+  const int n = world_size();
+  Mesh mesh = Mesh::world(MeshShape({"data"}, {n}));
+  Mesh one = self_mesh({"data"});
+  const Tensor w = testing_util::test_values({2, 8, 8}, 2), x = testing_util::test_values({8 * n, 8}, 1);
+  const Tensor c = testing_util::test_values({2, 8, 8}, 3);
+  for (const bool split_use : {false, true}) {
+    for (const bool layer_first : {false, true}) {
+      const auto loss_on = [&](const Mesh& m) {
+        return [&, m](const VarTree& p, const Batch& batch) {
+          const Var& W = p.at("W");
+          const Var whole = split_use ? sum(mul(W, Var(ShardedTensor::from_global(m, parse_spec("P(None, None, data)"), c, "C"))))
+                                      : sum(einsum("bk,lkn->bln", Var(batch.x), W));
+          const Var layer = sum(einsum("bk,kn->bn", Var(batch.x), take_layer(W, 0)));
+          return layer_first ? add(whole, layer) : add(layer, whole);
+        };
+      };
+      const auto run = [&](const Mesh& m, const char* x_spec) {
+        ParamTree params;
+        params.emplace("W", ShardedTensor::from_global(m, Spec(), w, "W"));
+        return value_and_grad(params, loss_on(m), Batch{ShardedTensor::from_global(m, parse_spec(x_spec), x, "x")});
+      };
+      const auto want = run(one, "P()");
+      const auto got = run(mesh, "P(data, None)");
+      const std::string label = std::string(split_use ? "split" : "partial") + (layer_first ? ", layer first" : "");
+      EXPECT_NEAR(got.loss, want.loss, 1e-9 * std::abs(want.loss)) << label;
+      EXPECT_LT(max_relative_error(got.grads.at("W").to_global(), want.grads.at("W").to_global(), 1e-12), 1e-12)
+          << label;
+    }
+  }
 }
 
 // A contraction's decisions are cached per process (nn/einsum.cpp, plan_contraction): the same
