@@ -171,6 +171,33 @@ TEST(Layers, UnknownLogicalNameUnderErrorFallbackIsAnError) {
             parse_spec("P(data, None)"));
 }
 
+// A constraint with more dimensions than its tensor is an error whatever the tensor's spec: until
+// the forty-fourth session P(data, None, None) on a [4, 6] tensor P(data) compared equal to it
+// (both padded) and passed, where P(None, None, data) was refused; and logical names one too many
+// passed too.
+TEST(Layers, AConstraintOfMoreDimensionsThanItsTensorIsAnError) {
+  Mesh mesh = Mesh::world(MeshShape({"data", "model"}, {world_size(), 1}));
+  Var x(ShardedTensor::zeros(mesh, parse_spec("P(data)"), {4 * world_size(), 6}, DType::f32, "x"));
+  const std::string shape = "[" + std::to_string(4 * world_size()) + ", 6]";
+  const std::string refusal = "spec P(data, None, None) of 'x' has 3 dimensions but the tensor has shape " + shape;
+  for (const bool constraint : {true, false}) {
+    try {
+      (void)(constraint ? with_sharding_constraint(x, parse_spec("P(data, None, None)"))
+                        : reshard(x, parse_spec("P(data, None, None)")));
+      ADD_FAILURE() << "no error";
+    } catch (const SpecError& e) {
+      EXPECT_EQ(std::string(e.what()), refusal);
+    }
+  }
+  try {
+    (void)with_logical_constraint(x, {"batch", "embed", "extra"}, tutorial_rules(), RulesFallback::error);
+    ADD_FAILURE() << "no error";
+  } catch (const SpecError& e) {
+    EXPECT_EQ(std::string(e.what()), "with_logical_constraint: 3 logical names for 'x' " + shape + ", which has 2 dimensions");
+  }
+  EXPECT_EQ(with_sharding_constraint(x, parse_spec("P(data, None)")).spec(), x.spec());  // the same spec passes
+}
+
 TEST(Layers, StackedEqualsLoop) {
   const std::int64_t batch = 8, features = 16, depth = 32;
   for (const auto& shape : meshes_2d()) {
