@@ -2,7 +2,7 @@
 # The fuzz step (also run by scripts/test.sh): builds the libFuzzer targets of tests/fuzz with
 # clang (every library with -fsanitize=fuzzer-no-link,address,undefined), replays the whole seed
 # corpus through each target (any crash fails), then fuzzes each target for FUZZ_SECONDS (default
-# 25) seconds, FUZZ_JOBS targets at a time (default: the number of cores).
+# 25; 0: the replay alone) seconds, FUZZ_JOBS targets at a time (default: the number of cores).
 #   bash scripts/fuzz.sh [target ...]     (default: every target)
 # The build goes to build-fuzz/, or to TESSERA_FUZZ_BUILD, a folder already configured with
 # clang, -DTESSERA_FUZZ=ON and -DTESSERA_SANITIZE=ON (scripts/test.sh passes build-sanitize/, so
@@ -65,6 +65,12 @@ fuzz_one() {
       return
     fi
     echo "fuzz: $t replayed $(find "$seeds" -type f | wc -l) seeds in $((SECONDS - began)) s"
+    # FUZZ_SECONDS=0: the replay alone (libFuzzer takes -max_total_time=0 as no limit, and fuzzed
+    # for ever until the forty-fourth session).
+    if [ "$seconds" -eq 0 ]; then
+      echo ok
+      return
+    fi
     # Bounded fuzzing from the seeds; what it finds new stays under <build>/corpus.
     mkdir -p "$build/corpus/$t"
     if ! "$program" "${flags[@]}" -max_total_time="$seconds" -artifact_prefix="$build/artifacts/$t-" \

@@ -6,6 +6,8 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=env.sh
 . "$here/env.sh"
+# Without root, `ip` failed on each namespace and the script still said "cluster: down".
+if [ "$(id -u)" -ne 0 ]; then echo "down.sh: needs root (network namespaces)" >&2; exit 1; fi
 # A directory up.sh did not make (no marker) is a user's, or another cluster's is meant: nothing is
 # torn down, neither the directory nor the namespaces (until 2026-11-28 a TESSERA_CLUSTER_DIR naming a
 # user's directory was removed whole; until the twenty-third session the namespaces of the cluster

@@ -7,6 +7,9 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=env.sh
 . "$here/env.sh"
+# A failing command substitution in the loop's word list does not stop the script (set -e): with
+# no cluster up it printed 0 and exited 0 until the forty-fourth session.
+if [ ! -r "$TCL_DIR/hostfile" ]; then echo "host_bytes.sh: no cluster up (scripts/cluster/up.sh)" >&2; exit 2; fi
 total=0
 for h in $(awk '{print $1}' "$TCL_DIR/hostfile"); do
   b=$(ip netns exec "$(tcl_ns "$h")" cat /sys/class/net/eth0/statistics/tx_bytes)

@@ -19,6 +19,12 @@ if ! [[ "$hosts" =~ ^[1-9][0-9]?$ ]] || [ "$hosts" -gt "$up" ]; then
   exit 2
 fi
 head -n "$hosts" "$TCL_DIR/hostfile" > "$TCL_DIR/hostfile.$hosts"
+# The agent's path goes through two splits at whitespace (TESSERA_MPIRUN_FLAGS, Open MPI's own of
+# plm_rsh_agent): a checkout whose path has any is refused, where its pieces were run as programs.
+if [[ "$here" =~ [[:space:]] ]]; then
+  echo "mpirun.sh: the checkout's path '$here' has whitespace, which the launcher's agent cannot carry" >&2
+  exit 2
+fi
 flags="--mca plm_rsh_agent $here/rsh.sh --mca btl self,vader,tcp"
 flags+=" --mca btl_tcp_if_include $TCL_SUBNET --mca oob_tcp_if_include $TCL_SUBNET"
 flags+=" ${TESSERA_CLUSTER_FLAGS:-}"

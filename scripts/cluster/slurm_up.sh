@@ -19,12 +19,20 @@ slots=$(awk '{split($2, a, "="); print a[2]; exit}' "$TCL_DIR/hostfile")
 for cmd in munged slurmctld slurmd sbatch; do
   command -v "$cmd" >/dev/null || { echo "slurm_up.sh: $cmd missing (scripts/setup.sh installs munge, slurmctld, slurmd, slurm-client)" >&2; exit 2; }
 done
+# Whether PIDFILE names a running DAEMON: a stale file (after a reboot, say) may name another
+# process by now, which `kill -0` took for the daemon, so that none was started and the wait
+# below ran out (until the forty-fourth session); slurm_down.sh checks the same way.
+running() {
+  local pid
+  pid=$(cat "$2" 2>/dev/null) || return 1
+  [[ "$pid" =~ ^[1-9][0-9]*$ ]] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$1" ]
+}
 mkdir -p "$dir/munge" "$dir/state" "$dir/log"
 chmod 700 "$dir/munge"
 # munge: its own key and socket; the daemons reach it through the file system from any namespace.
 [ -s "$dir/munge/munge.key" ] || dd if=/dev/urandom of="$dir/munge/munge.key" bs=1024 count=1 status=none
 chmod 400 "$dir/munge/munge.key"
-if ! [ -S "$dir/munge/munge.socket" ] || ! kill -0 "$(cat "$dir/munge/munged.pid" 2>/dev/null)" 2>/dev/null; then
+if ! [ -S "$dir/munge/munge.socket" ] || ! running munged "$dir/munge/munged.pid"; then
   munged --force --socket="$dir/munge/munge.socket" --key-file="$dir/munge/munge.key" \
     --pid-file="$dir/munge/munged.pid" --log-file="$dir/munge/munged.log" --seed-file="$dir/munge/munged.seed"
 fi
@@ -70,11 +78,11 @@ cat > "$dir/env.sh" <<ENV
 export SLURM_CONF=$dir/slurm.conf
 ENV
 export SLURM_CONF=$dir/slurm.conf
-if ! kill -0 "$(cat "$dir/slurmctld.pid" 2>/dev/null)" 2>/dev/null; then
+if ! running slurmctld "$dir/slurmctld.pid"; then
   tcl_enter host1 slurmctld -c -f "$SLURM_CONF"
 fi
 for h in $hosts; do
-  if ! kill -0 "$(cat "$dir/spool/$h/slurmd.pid" 2>/dev/null)" 2>/dev/null; then
+  if ! running slurmd "$dir/spool/$h/slurmd.pid"; then
     # Its own /tmp too (a private mount namespace, the host's TMPDIR bound on /tmp): Slurm's PMIx
     # plugin keeps per-step directories under TmpFS=/tmp, which would collide between hosts.
     tcl_enter "$h" unshare --mount --propagation private \

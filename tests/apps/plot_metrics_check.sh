@@ -55,4 +55,11 @@ for kind in loss time bytes; do
 done
 echo '{"step":100000000000000000000,"loss":1}' >"$work/huge_step.jsonl"
 refused "'$work/huge_step.jsonl' line 1: \"step\" 100000000000000000000 is beyond 9007199254740992" "$work/huge_step.jsonl"
+# The parts of a step's time without its total: plotted without the total (until the forty-fourth
+# session a KeyError and a traceback, exit 1, after the loss plot).
+printf '%s\n' '{"step":1,"loss":2.5,"compute_ms":1,"comm_ms":1,"optimizer_ms":1}' \
+  '{"step":2,"loss":2.0,"compute_ms":1,"comm_ms":2,"optimizer_ms":1}' >"$work/no_total.jsonl"
+"$plot" -o "$work/plots" "$work/no_total.jsonl" >/dev/null 2>"$work/no_total.err" ||
+  { echo "FAIL: parts without a total: exit $?: $(cat "$work/no_total.err")" >&2; exit 1; }
+[ "$(stat -c %s "$work/plots/no_total_time.png")" -gt 5000 ] || { echo "FAIL: no_total_time.png" >&2; exit 1; }
 echo "ok: plots written, bad input refused"

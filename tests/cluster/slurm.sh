@@ -20,6 +20,10 @@ for dir in "$ROOT" "$build" "$work"; do
   esac
 done
 slurm=$work/slurm
+# Daemons an earlier run left (killed by ctest's timeout, its trap below never ran) are stopped by
+# their pid files before the directory that holds them goes: munged runs outside the hosts'
+# namespaces, where down.sh does not reach.
+bash "$ROOT/scripts/cluster/slurm_down.sh" "$slurm" >/dev/null
 rm -rf "$work" && mkdir -p "$work"
 trap 'bash "$ROOT/scripts/cluster/slurm_down.sh" "$slurm" >/dev/null' EXIT
 bash "$ROOT/scripts/cluster/slurm_up.sh" "$slurm" || { echo "FAIL: Slurm did not start" >&2; exit 1; }
