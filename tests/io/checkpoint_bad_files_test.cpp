@@ -406,6 +406,18 @@ void zero_bytes(const std::string& file, std::uint64_t offset, std::uint64_t byt
   stream.write(zeros.data(), static_cast<std::streamsize>(zeros.size()));
 }
 
+// verify_checkpoint (rank 0) fails `file` and reports the never-written chunk of dataset `path`
+// at (0, column), as the restore names it.
+void expect_verify_finds_hole(const std::string& file, const std::string& path, hsize_t column) {
+  if (world_rank() != 0) return;
+  std::string report;
+  EXPECT_FALSE(verify_checkpoint(file, &report));
+  EXPECT_NE(report.find("FAILED /" + path + ": file '" + file + "', dataset '/" + path + "': chunk at (0, " +
+                        std::to_string(column) + ") sums to 0 but the checkpoint's digest says "),
+            std::string::npos)
+      << report;
+}
+
 TEST(CheckpointBadFiles, ChunkNeverWrittenIsCaughtByTheDigest) {
   TempDir dir("hole");
   const hsize_t last_column = 16 - 16 / world_size();
@@ -419,14 +431,7 @@ TEST(CheckpointBadFiles, ChunkNeverWrittenIsCaughtByTheDigest) {
                                ") sums to 0 but the checkpoint's digest says ";
   EXPECT_TRUE(message.starts_with(expected)) << message << "\nexpected prefix: " << expected;
   EXPECT_TRUE(message.ends_with(" (its data was never written or was replaced; the file is incomplete)")) << message;
-  if (world_rank() == 0) {
-    std::string report;
-    EXPECT_FALSE(verify_checkpoint(file, &report));
-    EXPECT_NE(report.find("FAILED /" + w1 + ": file '" + file + "', dataset '/" + w1 + "': chunk at (0, " +
-                          std::to_string(last_column) + ") sums to 0 but the checkpoint's digest says "),
-              std::string::npos)
-        << report;
-  }
+  expect_verify_finds_hole(file, w1, last_column);
 }
 
 // The same for an edge chunk: with 11 columns over the ranks (blocks of ceil(11 / ranks)), the
@@ -451,14 +456,7 @@ TEST(CheckpointBadFiles, EdgeChunkNeverWrittenIsCaughtByTheDigest) {
                                "restore_checkpoint: file '" + file + "', dataset '/" + path + "': chunk at (0, " +
                                std::to_string(last_column) + ") sums to 0 but the checkpoint's digest says ";
   EXPECT_TRUE(message.starts_with(expected)) << message << "\nexpected prefix: " << expected;
-  if (world_rank() == 0) {
-    std::string report;
-    EXPECT_FALSE(verify_checkpoint(file, &report));
-    EXPECT_NE(report.find("FAILED /" + path + ": file '" + file + "', dataset '/" + path + "': chunk at (0, " +
-                          std::to_string(last_column) + ") sums to 0 but the checkpoint's digest says "),
-              std::string::npos)
-        << report;
-  }
+  expect_verify_finds_hole(file, path, last_column);
 }
 
 // A version 2 file without a dataset's digest is refused, naming the attribute.
