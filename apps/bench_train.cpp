@@ -748,6 +748,10 @@ Measured run_mlp(const Options& o, int world_size, const BeforeState& before_sta
   model.w2_spec = strategy.w2;
   const nn::ParamInfos infos = nn::abstract_init(model, mesh_shape, rules, {o.batch, o.depth});
   for (const auto& info : infos) validate_spec(info.spec, mesh_shape, info.shape, info.path);
+  // The batch's split (data) and the hidden dimension's (model).
+  const std::int64_t data_size = shard_count(parse_spec("P(data)"), mesh_shape, 0);
+  const std::int64_t model_size = shard_count(parse_spec("P(model)"), mesh_shape, 0);
+  const double local_params = local_param_count(infos, mesh_shape);
   // Refused on every rank before anything is allocated ("needs N GiB per rank, this machine has
   // M GiB"): the train state (a data-parallel copy of a large model on each of many ranks), and
   // what grows with the batch: the step's activations (train_mlp's estimate) and the floor's
@@ -755,8 +759,8 @@ Measured run_mlp(const Options& o, int world_size, const BeforeState& before_sta
   // Until the forty-fourth session only the state was checked, and a --batch of 2^28 at depth 8
   // went on to allocate 8 GiB for the floor's products on a machine of 23.5.
   const double b = static_cast<double>(o.batch), d = static_cast<double>(o.depth);
-  const double n = d / static_cast<double>(shard_count(parse_spec("P(model)"), mesh_shape, 0));
-  apps::check_memory(std::max({kPeakBytesPerParam * local_param_count(infos, mesh_shape),
+  const double n = d / static_cast<double>(model_size);
+  apps::check_memory(std::max({kPeakBytesPerParam * local_params,
                                apps::mlp_bytes_per_rank({o.batch, o.layers, o.depth, false, false}, infos, mesh_shape,
                                                         parse_spec("P(data)")),
                                4.0 * (b * d + d * n + b * n)}));
@@ -764,15 +768,13 @@ Measured run_mlp(const Options& o, int world_size, const BeforeState& before_sta
   // What each rank must compute and move. Each layer has 2 matmuls of 2*B*d*d FLOPs forward and
   // 4 backward (a weight and an input gradient each), less the input gradient of layer 0, which
   // nothing needs. Every one is split over the batch (data) and hidden (model) axes.
-  const std::int64_t data_size = shard_count(parse_spec("P(data)"), mesh_shape, 0);
-  const std::int64_t model_size = shard_count(parse_spec("P(model)"), mesh_shape, 0);
   const double matmuls = 6.0 * o.layers - 1.0;
   const double flops_total = matmuls * 2.0 * o.batch * o.depth * o.depth;
   Measured w;
   w.mesh = mesh_shape;
   w.flops_per_rank = flops_total / static_cast<double>(data_size * model_size);
   w.forward_flops_per_rank = w.flops_per_rank * 2.0 * o.layers / matmuls;
-  w.local_params = local_param_count(infos, mesh_shape);
+  w.local_params = local_params;
   w.local_blocks = local_block_sizes(infos, mesh_shape);
   w.state_params = w.local_params;
   w.state_blocks = w.local_blocks;

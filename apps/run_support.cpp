@@ -205,20 +205,27 @@ RunCheckpoints open_run_checkpoints(const Communicator& comm, const std::string&
   return out;
 }
 
+namespace {
+
+// The elements of `shape` in double, so that absurd sizes give a figure instead of an overflow:
+// the memory estimates run before anything is allocated or checked.
+double elements(const Shape& shape) {
+  double n = 1;
+  for (auto d : shape) n *= static_cast<double>(d);
+  return n;
+}
+
+}  // namespace
+
 double mlp_bytes_per_rank(const MlpSizes& o, const nn::ParamInfos& infos, const MeshShape& mesh, const Spec& x_spec) {
-  const auto local_numel = [](const Shape& s) {
-    double n = 1;
-    for (auto d : s) n *= static_cast<double>(d);
-    return n;
-  };
   double params = 0, largest_global = 0, largest_local = 0;
   for (const auto& info : infos) {
     const double bytes = static_cast<double>(dtype_size(info.dtype));
-    const double local = local_numel(max_local_shape(info.spec, mesh, info.shape)) * bytes;
+    const double local = elements(max_local_shape(info.spec, mesh, info.shape)) * bytes;
     params += local;
     largest_local = std::max(largest_local, local);
     // A stack's picture gathers one layer only.
-    const double global = local_numel(info.shape) * bytes;
+    const double global = elements(info.shape) * bytes;
     largest_global = std::max(largest_global, info.shape.size() == 3 ? global / info.shape[0] : global);
   }
   const double rows = static_cast<double>(block_chunk(o.batch, shard_count(x_spec.padded(2), mesh, 0)));
@@ -231,9 +238,7 @@ double mlp_bytes_per_rank(const MlpSizes& o, const nn::ParamInfos& infos, const 
 double lm_bytes_per_rank(const LmSizes& o, const nn::ParamInfos& infos, const MeshShape& mesh) {
   double params = 0;
   for (const auto& info : infos) {
-    double n = static_cast<double>(dtype_size(info.dtype));
-    for (auto d : max_local_shape(info.spec, mesh, info.shape)) n *= static_cast<double>(d);
-    params += n;
+    params += elements(max_local_shape(info.spec, mesh, info.shape)) * static_cast<double>(dtype_size(info.dtype));
   }
   const auto size_of = [&](const char* axis) { return mesh.has_axis(axis) ? static_cast<double>(mesh.axis_size(axis)) : 1.0; };
   const double data = size_of(models::kDataAxis), seq = size_of(models::kSeqAxis), model = size_of(models::kModelAxis);

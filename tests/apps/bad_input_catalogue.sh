@@ -343,6 +343,14 @@ mkdir -p "$work/cluster"
 printf 'host1 slots=4\nhost2 slots=4\n' >"$work/cluster/hostfile"
 once cluster.hosts_more_than_up 2 "^mpirun.sh: HOSTS must be 1 to 2 \\(the hosts up\\), got '5'\$" \
   one env TESSERA_CLUSTER_DIR="$work/cluster" bash "$here/../../scripts/cluster/mpirun.sh" 5 2 "$tm"
+# A checkout whose path has whitespace (here a copy of the cluster scripts): the launcher's agent
+# path would be split into programs; refused before anything enters a host (forty-fourth session).
+# And the bytes between hosts with no cluster up: printed 0 and exited 0 until then.
+mkdir -p "$work/a checkout/scripts" && cp -r "$here/../../scripts/cluster" "$work/a checkout/scripts/"
+once cluster.checkout_path_with_space 2 "^mpirun.sh: the checkout's path '$work/a checkout/scripts/cluster' has whitespace, which the launcher's agent cannot carry\$" \
+  one env TESSERA_CLUSTER_DIR="$work/cluster" bash "$work/a checkout/scripts/cluster/mpirun.sh" 1 2 "$tm"
+once cluster.host_bytes_no_cluster 2 "^host_bytes.sh: no cluster up \(scripts/cluster/up.sh\)\$" \
+  one env TESSERA_CLUSTER_DIR="$work/no_cluster" bash "$here/../../scripts/cluster/host_bytes.sh"
 once fuzz.seconds_not_a_count 2 "^fuzz.sh: FUZZ_SECONDS must be an integer from 0 to 999999, got 'x'\$" \
   one env FUZZ_SECONDS=x bash "$here/../../scripts/fuzz.sh" parse_spec
 # down.sh with TESSERA_CLUSTER_DIR naming a directory up.sh did not make: refused before anything is
