@@ -11,6 +11,9 @@
 // save_extra_rss_over_state and restore_extra_rss_over_state, the largest rank's. The save's
 // removal of the previous checkpoint runs on after it returns (SaveOptions::prune_in_background);
 // background_prune_wait_s is how long rank 0 then waits for it, outside both timings.
+// save_phases_s splits the save by last_save_phases(): the skeleton written and the chunks'
+// addresses and checksums exchanged, the chunks written and synced, the return (each the slowest
+// rank's, in seconds from the call; medians over the repeats).
 // restore_phases_s splits the restore by last_restore_phases(): the plan in every rank's hands,
 // the first and the last rank done reading, the return (each the slowest rank's, in seconds from
 // the call; medians over the repeats). One JSON object per line.
@@ -217,6 +220,8 @@ void bench_state(const Mesh& mesh, const std::string& name, int layers, std::int
   // Each restore's phases (last_restore_phases) as the slowest rank saw them, and the first rank
   // done reading: where the restore's time goes, repeat by repeat.
   std::vector<double> planned_s, first_read_s, read_done_s, returned_s;
+  // Each save's phases (last_save_phases), the slowest rank's.
+  std::vector<double> laid_out_s, written_s, saved_s;
   // The most a save (a restore into the allocated target) adds to a rank's resident memory, over
   // that rank's bytes of the state: the largest rank's, over all repeats.
   double save_extra = 0, restore_extra = 0;
@@ -227,6 +232,12 @@ void bench_state(const Mesh& mesh, const std::string& name, int layers, std::int
     std::string file;
     std::int64_t extra = peak_extra_bytes([&] { file = save_train_state(state, dir, meta, SaveOptions{.keep = 1}); });
     save_s.push_back(slowest_rank(mesh, seconds_since(start)));
+    const SavePhases save_phases = last_save_phases();
+    double save_slowest[3] = {save_phases.laid_out, save_phases.written, save_phases.returned};
+    MPI_Allreduce(MPI_IN_PLACE, save_slowest, 3, MPI_DOUBLE, MPI_MAX, mesh.comm().handle());
+    laid_out_s.push_back(save_slowest[0]);
+    written_s.push_back(save_slowest[1]);
+    saved_s.push_back(save_slowest[2]);
     rss_known = rss_known && extra >= 0;
     save_extra = std::max(save_extra, static_cast<double>(extra) / static_cast<double>(rank_bytes));
     // The previous checkpoint is unlinked by rank 0's background thread (SaveOptions): its end is
@@ -296,6 +307,8 @@ void bench_state(const Mesh& mesh, const std::string& name, int layers, std::int
         << ", \"restore_vs_plain_read_paired\": " << paired_ratio(read_s, restore_s)
         << ", \"save_s_range\": " << range_json(save_s) << ", \"restore_s_range\": " << range_json(restore_s)
         << ", \"plain_write_s_range\": " << range_json(write_s) << ", \"plain_read_s_range\": " << range_json(read_s)
+        << ", \"save_phases_s\": {\"laid_out\": " << median(laid_out_s) << ", \"written\": " << median(written_s)
+        << ", \"returned\": " << median(saved_s) << "}"
         << ", \"restore_phases_s\": {\"planned\": " << median(planned_s) << ", \"first_read\": "
         << median(first_read_s) << ", \"read\": " << median(read_done_s) << ", \"returned\": " << median(returned_s)
         << "}, \"background_prune_wait_s\": " << median(prune_s);

@@ -39,6 +39,19 @@ struct SaveOptions {
   bool prune_in_background = true;
 };
 
+// Where this rank's last successful save_checkpoint (and the saves built on it) spent its time,
+// in seconds from its start on this rank: `laid_out` when the skeleton was written, the chunks'
+// addresses broadcast and their checksums reduced, `written` when this rank's chunks were written
+// and every rank had synced and closed the file, `returned` when it returned (the digest written,
+// the file committed). All zero before the first. For benchmarks: bench_checkpoint reports each
+// phase as the slowest rank saw it (`save_phases_s`). Local (no MPI).
+struct SavePhases {
+  double laid_out = 0;
+  double written = 0;
+  double returned = 0;
+};
+SavePhases last_save_phases();
+
 // Rank 0 (a no-op elsewhere): waits until the removal of old checkpoints a save left running
 // is done, so that the directory holds at most `keep` of them.
 void wait_for_pruning();

@@ -395,6 +395,32 @@ TEST(CheckpointRoundTrip, RestorePhasesAreInOrderAndOnlyASuccessfulRestoreSetsTh
   EXPECT_EQ(after.returned, phases.returned);
 }
 
+// last_save_phases: the layout, the write and the return of the last successful save, in order
+// and within the call's own time on this rank; a save that fails leaves them as they were.
+TEST(CheckpointRoundTrip, SavePhasesAreInOrderAndOnlyASuccessfulSaveSetsThem) {
+  const auto defs = model_arrays();
+  Mesh mesh = Mesh::world(meshes_of_size(world_size()).front());
+  const CheckpointState saved = varied_state(mesh, defs, 0, true);
+  TempDir dir("save_phases");
+  const auto start = std::chrono::steady_clock::now();
+  save_checkpoint(saved, dir.path());
+  const double call = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const SavePhases phases = last_save_phases();
+  EXPECT_GT(phases.laid_out, 0.0);
+  EXPECT_LE(phases.laid_out, phases.written);
+  EXPECT_LE(phases.written, phases.returned);
+  EXPECT_LE(phases.returned, call);
+
+  CheckpointState partial;
+  const std::string axis = mesh.axis_names().back();
+  partial.arrays.push_back({"params/W", ShardedTensor::zeros(mesh, Spec({{}, {}}, {axis}), {8, 8}), {}});
+  EXPECT_FALSE(io_testing::io_error_of([&] { save_checkpoint(partial, dir.path()); }).empty());
+  const SavePhases after = last_save_phases();
+  EXPECT_EQ(after.laid_out, phases.laid_out);
+  EXPECT_EQ(after.written, phases.written);
+  EXPECT_EQ(after.returned, phases.returned);
+}
+
 TEST(CheckpointRoundTrip, PartialSourceIsRefusedOnEveryRank) {
   Mesh mesh = Mesh::world(meshes_of_size(world_size()).back());
   TempDir dir("refused");
