@@ -723,9 +723,12 @@ std::vector<std::int64_t> local_block_sizes(const nn::ParamInfos& infos, const M
   for (const auto& info : infos) sizes.push_back(numel(max_local_shape(info.spec, mesh, info.shape)));
   return sizes;
 }
+// In double (apps::elements): it runs before the memory check, where an absurd --depth or
+// --d-model must be refused by that check's message (until the forty-fifth session an int64 count
+// overflowed first: "element count overflows: 4294967296 * 2147483648").
 double local_param_count(const nn::ParamInfos& infos, const MeshShape& mesh) {
   double total = 0;
-  for (std::int64_t size : local_block_sizes(infos, mesh)) total += static_cast<double>(size);
+  for (const auto& info : infos) total += apps::elements(max_local_shape(info.spec, mesh, info.shape));
   return total;
 }
 

@@ -34,6 +34,12 @@
 
 namespace tessera::apps {
 
+// TESSERA_FAULT=mpi_error: every rank raises an MpiError (the exit code of a failure of MPI).
+inline bool fault_mpi_error() {
+  const char* fault = std::getenv("TESSERA_FAULT");
+  return fault != nullptr && std::string(fault) == "mpi_error";
+}
+
 // The rank TESSERA_FAULT=throw_on_rank:R names, or -1.
 inline int fault_rank() {
   const char* fault = std::getenv("TESSERA_FAULT");
@@ -55,7 +61,8 @@ inline bool all_ranks_failed(MPI_Comm comm) {
 
 // Parses the command line into `app`'s options, then returns run(rank), or the exit code of the
 // error it raised (--help, --version: 0; CLI11 parse errors and tessera::Error: 2;
-// tessera::IntegrityError: 3; anything else aborts the job with 1).
+// tessera::IntegrityError: 3; tessera::MpiError, a failed MPI call or a message MPI cannot carry: 1;
+// anything else aborts the job with 1).
 template <class Run>
 int parse_and_run(const char* program, CommandLine& app, int argc, char** argv, Run&& run) {
   int rank = 0;
@@ -69,12 +76,17 @@ int parse_and_run(const char* program, CommandLine& app, int argc, char** argv, 
   }
   try {
     if (fault_rank() == rank) throw Error("TESSERA_FAULT: error raised on rank " + std::to_string(rank) + " only");
+    if (fault_mpi_error()) throw MpiError("TESSERA_FAULT: an MPI error raised on every rank");
     const int rc = run(rank);
     MPI_Comm_free(&agree);
     return rc;
   } catch (const Error& e) {
-    // Exit codes: 3 a checkpoint that fails its integrity checks, 2 any other bad input.
-    const int code = dynamic_cast<const IntegrityError*>(&e) != nullptr ? 3 : 2;
+    // Exit codes: 3 a checkpoint that fails its integrity checks, 1 a failure of MPI (a runtime
+    // failure, as the help's footer says; until the forty-fifth session it exited 2, as bad
+    // input), 2 any other bad input.
+    const int code = dynamic_cast<const IntegrityError*>(&e) != nullptr ? 3
+                     : dynamic_cast<const MpiError*>(&e) != nullptr   ? 1
+                                                                      : 2;
     if (all_ranks_failed(agree)) {
       if (rank == 0) std::cerr << program << ": " << e.what() << '\n';
       MPI_Comm_free(&agree);

@@ -15,6 +15,7 @@
 #include <mpi.h>
 
 #include "apps/cli_main.h"
+#include "apps/run_support.h"
 #include "core/init.h"
 #include "core/rng.h"
 #include "core/shape_scope.h"
@@ -133,6 +134,16 @@ int main(int argc, char** argv) {
     tessera::validate_spec(spec, mesh_shape, shape, "W1");
     tessera::Mesh mesh = tessera::Mesh::world(mesh_shape);
     if (hosts) return print_hosts(mesh, rank);
+    // What a rank holds at once, f32: its block (and its padded copy), the blocks gathered from the
+    // ranks that hold distinct ones (ShardedTensor::to_global) and as much again inside MPI's
+    // all-gather, a block's buffer and the global tensor (measured: 8192 x 8192 P(data, model)
+    // on 2x4 peaked at 909 MB a rank, 1.33 GB on one rank). Refused on every rank before any of
+    // it is allocated (until the forty-fifth session only the 2^28 elements were checked, and 8
+    // ranks of a replicated tensor that size needed 32 GiB, or of 16384 x 16384 P(data, model) 26).
+    double group = 1;
+    for (const std::string& axis : spec.used_axes()) group *= mesh_shape.axis_size(axis);
+    const double block = static_cast<double>(tessera::numel(tessera::max_local_shape(spec, mesh_shape, shape)));
+    tessera::apps::check_memory(4.0 * (static_cast<double>(elements) + block * (2 * group + 3)));
     const tessera::RngKey key = tessera::rng_key(seed, "demo/W1");
     auto w = tessera::ShardedTensor::from_block_fn(
         mesh, spec, shape,

@@ -205,17 +205,11 @@ RunCheckpoints open_run_checkpoints(const Communicator& comm, const std::string&
   return out;
 }
 
-namespace {
-
-// The elements of `shape` in double, so that absurd sizes give a figure instead of an overflow:
-// the memory estimates run before anything is allocated or checked.
 double elements(const Shape& shape) {
   double n = 1;
   for (auto d : shape) n *= static_cast<double>(d);
   return n;
 }
-
-}  // namespace
 
 double mlp_bytes_per_rank(const MlpSizes& o, const nn::ParamInfos& infos, const MeshShape& mesh, const Spec& x_spec) {
   double params = 0, largest_global = 0, largest_local = 0;

@@ -107,6 +107,10 @@ double lm_bytes_per_rank(const LmSizes& lm, const nn::ParamInfos& infos, const M
 // (collective over MPI_COMM_WORLD).
 double memory_per_rank_bytes();
 
+// The elements of `shape` in double, so that absurd sizes give a figure instead of an overflow:
+// the memory estimates run before anything is allocated or checked. Local.
+double elements(const Shape& shape);
+
 // Collective: throws UsageError "<what>needs N GiB per rank, this machine has M GiB" when
 // `need_bytes` exceeds memory_per_rank_bytes(); `what` names the need where it is not the whole
 // run's ("--copy-mib 65536: the copy measurement ").

@@ -57,7 +57,13 @@ nn::Batch SyntheticData::batch(std::int64_t step) const {
         Tensor t(block, DType::f32);
         float* out = t.data<float>();
         for (std::int64_t r = 0; r < block[0]; ++r) {
-          const std::uint64_t example = random_bits(key, static_cast<std::uint64_t>(offsets[0] + r))[0] % pool;
+          // One 32-bit word of the draw for a pool of at most 2^32 examples, two beyond (until the
+          // forty-fifth session one word for every pool: no example past 2^32 was ever drawn).
+          const auto bits = random_bits(key, static_cast<std::uint64_t>(offsets[0] + r));
+          const std::uint64_t draw = pool > (std::int64_t{1} << 32)
+                                         ? (static_cast<std::uint64_t>(bits[1]) << 32) | static_cast<std::uint64_t>(bits[0])
+                                         : static_cast<std::uint64_t>(bits[0]);
+          const std::uint64_t example = draw % static_cast<std::uint64_t>(pool);
           for (std::int64_t c = 0; c < block[1]; ++c) {
             const auto index = example * static_cast<std::uint64_t>(shape[1]) + static_cast<std::uint64_t>(offsets[1] + c);
             out[r * block[1] + c] = static_cast<float>(normal(pool_key, index));

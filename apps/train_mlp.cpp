@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <iostream>
 #include <sstream>
 
@@ -91,6 +92,11 @@ void validate_flags(const Options& o) {
   if (o.keep < 1) throw UsageError("--keep must be >= 1");
   if (o.save_every < 0) throw UsageError("--save-every must be >= 0");
   if (o.examples < 0) throw UsageError("--examples must be >= 0, got " + std::to_string(o.examples));
+  // Element (e, c) of the pool is drawn at index e * depth + c.
+  if (o.examples > 0 && o.examples > std::numeric_limits<std::int64_t>::max() / o.depth) {
+    throw UsageError("--examples " + std::to_string(o.examples) + " times --depth " + std::to_string(o.depth) +
+                     " elements overflow the pool's index");
+  }
   apps::check_learning_rate(o.lr);
 }
 
@@ -128,6 +134,18 @@ int run(const Options& o, int world_rank) {
   validate_flags(o);
   const nn::Precision precision = nn::Precision::parse(o.dtype);
   const MeshShape mesh_shape = MeshShape::parse(o.mesh);
+  // Without --logical the model's specs name the axes data and model themselves (models/mlp.h);
+  // until the forty-fifth session a mesh without one of them was refused for a rule of the default
+  // --rules the user never wrote.
+  if (!o.logical) {
+    for (const char* axis : {"data", "model"}) {
+      if (!mesh_shape.has_axis(axis)) {
+        throw UsageError("--mesh '" + o.mesh + "' has no axis '" + axis +
+                         "': the model's specs split over the axes data and model (--logical maps its logical axes to "
+                         "others through --rules)");
+      }
+    }
+  }
   const Rules rules = parse_rules(o.rules);
   validate_rules(rules, mesh_shape);
   Mesh mesh = Mesh::world(mesh_shape);

@@ -142,6 +142,10 @@ MeshShape MeshShape::parse(std::string_view text) {
     if (size_text.empty() || !std::all_of(size_text.begin(), size_text.end(), ::isdigit)) {
       throw MeshError("mesh '" + all + "': size of axis '" + name + "' is not a positive integer: '" + size_text + "'");
     }
+    // Leading zeros are the number's (as the programs' integer flags read them): until the
+    // forty-fifth session "data=0000001" was refused as past 999999.
+    const std::size_t digits = std::max<std::size_t>(1, size_text.size() - std::min(size_text.find_first_not_of('0'), size_text.size()));
+    size_text = size_text.substr(size_text.size() - digits);
     if (size_text.size() > 6) {  // a positive integer all the same, which the message said it was not
       throw MeshError("mesh '" + all + "': size of axis '" + name + "' is " + size_text +
                       ", past the 999999 ranks an axis may have");

@@ -57,7 +57,29 @@ bool ShardedTensor::holds_partial_value() const { return is_partial_holder(spec_
 
 Tensor ShardedTensor::to_global() const {
   const MeshShape& shape = mesh_.shape();
-  const int n = mesh_.size();
+  // Only the ranks that differ from this one on the axes the spec uses hold distinct blocks (or,
+  // along a partial axis, distinct terms): the gather runs over them alone. Until the
+  // forty-fifth session it ran over the whole mesh, so a tensor replicated on every rank took the
+  // whole tensor once per rank (a 64 MiB tensor on 8 ranks peaked at 800 MB a rank).
+  const Axes axes = spec_.used_axes();
+  const Communicator& group = mesh_.axes_comm(axes);
+  const int n = group.size();
+  // Member g's coordinates: this rank's on the other axes, g's mixed radix on `axes`
+  // (Mesh::axes_rank); the members visited in the mesh's rank order, as before.
+  std::vector<std::pair<int, std::vector<int>>> members;  // (mesh rank, coordinates) by group rank
+  for (int g = 0; g < n; ++g) {
+    std::vector<int> coords = mesh_.coords();
+    int key = g;
+    for (auto it = axes.rbegin(); it != axes.rend(); ++it) {
+      const int a = shape.axis_index(*it);
+      coords[a] = key % shape.sizes()[a];
+      key /= shape.sizes()[a];
+    }
+    members.emplace_back(shape.rank_of(coords), std::move(coords));
+  }
+  std::vector<int> order(n);
+  for (int g = 0; g < n; ++g) order[g] = g;
+  std::sort(order.begin(), order.end(), [&](int x, int y) { return members[x].first < members[y].first; });
   // Blocks travel in buffers of the largest block's shape (the same count on every rank); a
   // short block fills the front of its buffer and is read back with its own shape.
   const Shape max_block = max_local_shape(spec_, shape, global_shape_);
@@ -71,30 +93,31 @@ Tensor ShardedTensor::to_global() const {
   }
   const Tensor& send_block = even ? local_ : padded_block;
   std::vector<std::byte> all(checked_mul<std::size_t>(block_bytes, static_cast<std::size_t>(n), "to_global bytes"));
-  // MPI counts are int: a block over 2^31 - 1 bytes goes as units of a larger type (byte_message).
-  ByteMessage message = byte_message(static_cast<std::int64_t>(block_bytes), "to_global");
-  const int rc = MPI_Allgather(send_block.raw(), message.count, message.type, all.data(), message.count, message.type,
-                               mesh_.comm().handle());
-  if (message.owned) MPI_Type_free(&message.type);
-  check_mpi(rc, "MPI_Allgather (to_global)");
+  if (n > 1) {
+    // MPI counts are int: a block over 2^31 - 1 bytes goes as units of a larger type (byte_message).
+    ByteMessage message = byte_message(static_cast<std::int64_t>(block_bytes), "to_global");
+    const int rc = MPI_Allgather(send_block.raw(), message.count, message.type, all.data(), message.count, message.type,
+                                 group.handle());
+    if (message.owned) MPI_Type_free(&message.type);
+    check_mpi(rc, "MPI_Allgather (to_global)");
+  } else if (block_bytes > 0) {
+    std::memcpy(all.data(), send_block.raw(), block_bytes);
+  }
   // A partial bf16 value is summed in f32 in rank order and rounded once (semantics 8, as a
   // reshard's reduction does): adding bf16 blocks one at a time rounded after each add, and lost
   // the small terms (256 + 1 + ... + 1 over 8 ranks read back as 256, where reshard gave 264).
   const bool widen = spec_.is_partial() && dtype() == DType::bf16;
   Tensor global(global_shape_, widen ? DType::f32 : dtype());
   Tensor block(max_block, dtype());
-  for (int r = 0; r < n; ++r) {
-    auto coords = shape.coords_of(r);
-    // One replica per unmentioned axis contributes; every rank along a partial axis does.
-    bool contributes = true;
-    for (int a = 0; a < shape.ndim(); ++a) {
-      const auto& axis = shape.names()[a];
-      if (spec_.dim_of(axis) < 0 && !spec_.is_partial_on(axis) && coords[a] != 0) contributes = false;
+  for (const int g : order) {
+    const std::vector<int>& coords = members[g].second;
+    if (block_bytes > 0) std::memcpy(block.raw(), all.data() + block_bytes * g, block_bytes);
+    Tensor extracted;  // an uneven block, cut from the front of its buffer (an even one is read in place)
+    if (!even) {
+      extracted = extract_block(block, std::vector<std::int64_t>(max_block.size(), 0),
+                                local_shape(spec_, shape, global_shape_, coords));
     }
-    if (!contributes) continue;
-    if (block_bytes > 0) std::memcpy(block.raw(), all.data() + block_bytes * r, block_bytes);
-    const Tensor own = even ? block : extract_block(block, std::vector<std::int64_t>(max_block.size(), 0),
-                                                    local_shape(spec_, shape, global_shape_, coords));
+    const Tensor& own = even ? block : extracted;
     auto offsets = tessera::block_offsets(spec_, shape, global_shape_, coords);
     if (widen) {
       add_block(global, own.astype(DType::f32), offsets);

@@ -10,6 +10,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/env.sh"
 n=${1:-2}
 slots=${TESSERA_CLUSTER_SLOTS:-4}
+if ! [[ "$slots" =~ ^[1-9][0-9]?$ ]]; then echo "up.sh: TESSERA_CLUSTER_SLOTS must be 1..99, got '$slots'" >&2; exit 2; fi
 if ! [[ "$n" =~ ^[1-9][0-9]?$ ]]; then echo "up.sh: host count must be 1..99, got '$n'" >&2; exit 2; fi
 if [ "$(id -u)" -ne 0 ]; then echo "up.sh: needs root (network namespaces)" >&2; exit 1; fi
 if [ -d "$TCL_DIR" ] && [ ! -e "$TCL_DIR/$TCL_MARK" ] && [ -n "$(ls -A "$TCL_DIR")" ]; then

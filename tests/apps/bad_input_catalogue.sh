@@ -161,6 +161,13 @@ flag train_mlp.lr_not_a_number 2 'Could not convert: --lr = abc' mpi "$tm" "${sm
 flag train_mlp.steps_empty 2 '^--steps: an empty value is not a number$' mpi "$tm" "${small[@]}" --steps ''
 flag train_lm.temperature_empty 2 '^--temperature: an empty value is not a number$' mpi "$apps/train_lm" --temperature ''
 flag train_mlp.examples_negative 2 '^train_mlp: --examples must be >= 0, got -1$' mpi "$tm" "${small[@]}" --examples -1
+# Found in the forty-fifth session: the pool's index e * depth + c wrapped past 2^64.
+flag train_mlp.examples_overflow 2 '^train_mlp: --examples 9223372036854775807 times --depth 16 elements overflow the pool.s index$' \
+  mpi "$tm" "${small[@]}" --examples 9223372036854775807
+# Found in the forty-fifth session: without --logical a mesh lacking 'model' was refused for a rule
+# of the default --rules ("rule 2 'hidden=model': mesh axis 'model' is not in the mesh").
+expect train_mlp.mesh_without_model 2 "^train_mlp: --mesh 'data=$ranks' has no axis 'model': the model's specs split over the axes data and model \\(--logical maps its logical axes to others through --rules\\)\$" \
+  mpi "$tm" --mesh "data=$ranks" --depth 16 --layers 1 --quiet
 expect train_mlp.microbatches_do_not_divide 2 "train_mlp: --microbatches 3 does not divide each rank's batch block of 8 rows" \
   mpi "$tm" "${small[@]}" --microbatches 3
 flag train_mlp.resume_without_dir 2 'train_mlp: --resume, --save-every and --overwrite need --ckpt-dir' mpi "$tm" "${small[@]}" --resume
@@ -251,6 +258,13 @@ flag shape.empty_extent 2 "^demo_mesh: --shape '16,,64': extent 1: an empty valu
   mpi "$dm" --mesh "$mesh" --shape 16,,64
 flag mesh.axis_too_large 2 "^demo_mesh: mesh 'data=2147483648': size of axis 'data' is 2147483648, past the 999999 ranks an axis may have\$" \
   mpi "$dm" --mesh data=2147483648
+# Found in the forty-fifth session: only the 2^28 elements were checked, and every rank gathered
+# the tensor (a replicated one once per rank): 16384 x 16384 replicated needs 6 GiB a rank, more
+# than a rank's share of 24 GiB at 8 ranks (at fewer it fits, and runs for seconds).
+if [ "$ranks" -ge 8 ]; then
+  expect demo_mesh.does_not_fit 2 '^demo_mesh: needs [0-9]+\.[0-9] GiB per rank, this machine has [0-9]+\.[0-9] GiB$' \
+    mpi "$dm" --mesh "$mesh" --shape 16384,16384 --spec 'P(None, None)'
+fi
 flag shape_string.empty_axis 2 "shape string 'rows/data cols/'" mpi "$dm" "${dmesh[@]}" --spec 'rows/data cols/'
 flag shape_string.unknown_axis 2 "mesh axis 'tensor' of dimension rows is not in the mesh" mpi "$dm" "${dmesh[@]}" --spec 'rows/tensor cols'
 expect shape_string.size_disagrees 2 "\\(\"16/data 32\", global shape \\[16, 64\\] on mesh data: 1, model: $ranks\\): dimension 1: expected 32, got 64" mpi "$dm" "${dmesh[@]}" --spec '16/data 32'
@@ -288,6 +302,12 @@ if [ "$ranks" -lt 4 ]; then
 fi
 expect bench_train.does_not_fit 2 '^bench_train: needs [0-9]+\.[0-9] GiB per rank, this machine has [0-9]+\.[0-9] GiB$' \
   mpi "$apps/bench_train" --strategy dp --depth 1000000 --layers 100
+# Found in the forty-fifth session: an int64 count of the parameters overflowed before the check
+# ("element count overflows: 4294967296 * 2147483648").
+flag bench_train.depth_overflows_count 2 '^bench_train: needs [0-9]+\.[0-9] GiB per rank, this machine has [0-9]+\.[0-9] GiB$' \
+  mpi "$apps/bench_train" --depth 4294967296 --steps 1
+flag bench_train.lm_width_overflows_count 2 '^bench_train: needs [0-9]+\.[0-9] GiB per rank, this machine has [0-9]+\.[0-9] GiB$' \
+  mpi "$apps/bench_train" --model lm --mesh data=2 --d-model 4294967296 --d-ff 4294967296 --heads 2
 # Found on 2026-11-28: --steps 2^31 - 1 with a warmup step wrapped their int sum and the median
 # of no steps crashed (SIGSEGV); 10^5 layers ran on with no output; a --seq-len of 10^8 passed the
 # memory check on its parameters alone; --copy-mib 65536 ended in std::bad_alloc.

@@ -285,5 +285,24 @@ TEST(MeshShape, AxisSizePastTheLimitIsNamedAsSuch) {
   }
 }
 
+// Leading zeros are the number's, as the programs' integer flags read them: until the forty-fifth
+// session "data=0000001" was refused as past 999999.
+TEST(MeshShape, AxisSizeWithLeadingZerosIsItsNumber) {
+  const MeshShape mesh = MeshShape::parse("data=0000001,model=00000000004");
+  EXPECT_EQ(mesh.sizes(), (std::vector<int>{1, 4}));
+  try {
+    MeshShape::parse("data=0001000000");
+    FAIL() << "no error";
+  } catch (const MeshError& e) {
+    EXPECT_STREQ(e.what(), "mesh 'data=0001000000': size of axis 'data' is 1000000, past the 999999 ranks an axis may have");
+  }
+  try {
+    MeshShape::parse("data=000");
+    FAIL() << "no error";
+  } catch (const MeshError& e) {
+    EXPECT_STREQ(e.what(), "mesh 'data=000': axis 'data' has size 0 (must be >= 1)");
+  }
+}
+
 }  // namespace
 }  // namespace tessera
