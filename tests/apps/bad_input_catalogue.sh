@@ -184,6 +184,22 @@ expect train_lm.loss_not_finite 2 \
     exit $rc' _ "$launch" "$ranks" "$apps/train_lm" "$work/diverged" --mesh "data=1,seq=1,model=$ranks" --steps 5 \
   --lr 1e30 --eval-every 0 --d-model 32 --heads 8 --d-ff 64 --layers 1 --seq-len 16 --batch 2 --quiet --sample-bytes 0 \
   --ckpt-dir "$work/diverged" --save-every 1
+# The last step's update reaches no training loss: the state it leaves is checked (and the
+# transformer's evaluated) before it is saved. Until the forty-fifth session a run of one step saved
+# weights of infinity, or whose held-out loss was nan, and exited 0; now nothing is saved.
+expect train_mlp.state_not_finite 2 \
+  '^train_mlp: the parameters hold a nan or an infinity after step 1: training diverged \(a smaller --lr may help\); stopped before saving it$' \
+  one bash -c 'bash "$1" "$2" "$3" "${@:5}"; rc=$?
+    [ -z "$(ls "$4" 2>/dev/null)" ] || { echo "directory holds: $(ls "$4" | tr "\n" " ")" >&2; exit 9; }
+    exit $rc' _ "$launch" "$ranks" "$tm" "$work/diverged_mlp" "${small[@]}" --steps 1 --lr 1e39 \
+  --ckpt-dir "$work/diverged_mlp"
+expect train_lm.heldout_not_finite 2 \
+  '^train_lm: the held-out loss is nan after step 1: training diverged \(a smaller --lr may help\); stopped$' \
+  one bash -c 'bash "$1" "$2" "$3" "${@:5}"; rc=$?
+    [ -z "$(ls "$4" 2>/dev/null)" ] || { echo "directory holds: $(ls "$4" | tr "\n" " ")" >&2; exit 9; }
+    exit $rc' _ "$launch" "$ranks" "$apps/train_lm" "$work/diverged_lm" --mesh "data=1,seq=1,model=$ranks" --steps 1 \
+  --lr 1e30 --eval-every 0 --d-model 32 --heads 8 --d-ff 64 --layers 1 --seq-len 16 --batch 2 --quiet --sample-bytes 0 \
+  --ckpt-dir "$work/diverged_lm"
 flag train_mlp.resume_and_overwrite 2 '^train_mlp: --resume and --overwrite exclude each other$' \
   mpi "$tm" "${small[@]}" --resume --overwrite --ckpt-dir "$work/unused"
 flag train_mlp.layers_too_many 2 '^train_mlp: --layers must be <= 10000, got 10001$' mpi "$tm" "${small[@]}" --layers 10001
