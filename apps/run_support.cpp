@@ -183,6 +183,16 @@ void check_metrics_path(const Communicator& comm, const std::string& metrics, co
 RunCheckpoints open_run_checkpoints(const Communicator& comm, const std::string& dir, bool resume, bool overwrite,
                                     const ResumeConfig& config) {
   RunCheckpoints out;
+  if (!dir.empty() && resume) {
+    // A resume from a directory that is not there is refused before the lock, which would make it
+    // (until the forty-fifth session a mistyped --ckpt-dir was left behind, holding a .lock).
+    std::optional<std::string> missing;
+    if (comm.rank() == 0) {
+      std::error_code ec;
+      if (!std::filesystem::exists(dir, ec)) missing = "--resume: no checkpoint in '" + dir + "' (no such directory)";
+    }
+    if (auto message = broadcast_root_message(comm, missing)) throw UsageError(*message);
+  }
   if (!dir.empty()) {
     out.lock = lock_checkpoint_directory(comm, dir);
     std::optional<std::string> refusal;

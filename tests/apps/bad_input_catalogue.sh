@@ -464,6 +464,12 @@ expect resume.not_hdf5 2 "'$work/resume_text/ckpt_00000005.h5'.*not an HDF5 file
   mpi "$tm" "${small[@]}" --steps 6 --resume --ckpt-dir "$work/resume_text"
 expect resume.empty_dir 2 "train_mlp: --resume: no checkpoint in '$work/empty_dir'" \
   mpi "$tm" "${small[@]}" --resume --ckpt-dir "$work/empty_dir"
+# A resume from a directory that is not there leaves none behind (until the forty-fifth session
+# the lock made it, holding a .lock).
+expect resume.missing_dir_not_made 2 "^train_mlp: --resume: no checkpoint in '$work/missing/sub' \\(no such directory\\)\$" \
+  one bash -c 'bash "$1" "$2" "${@:4}"; rc=$?
+    [ ! -e "$3" ] || { echo "the resume made '"'"'$3'"'"'" >&2; exit 9; }
+    exit $rc' _ "$launch" "$ranks" "$work/missing" "$tm" "${small[@]}" --resume --ckpt-dir "$work/missing/sub"
 cp -r "$good" "$work/other_model"
 # A resume continues the saved model and its data: a flag that fixes them and differs from the
 # checkpoint's configuration is refused before anything is restored or written. With fewer
