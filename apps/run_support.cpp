@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <sstream>
 #include <utility>
 
@@ -182,6 +183,16 @@ void check_metrics_path(const Communicator& comm, const std::string& metrics, co
 RunCheckpoints open_run_checkpoints(const Communicator& comm, const std::string& dir, bool resume, bool overwrite,
                                     const ResumeConfig& config) {
   RunCheckpoints out;
+  if (!dir.empty() && resume) {
+    // A resume from a directory that is not there is refused before the lock, which would make it
+    // (until the forty-fifth session a mistyped --ckpt-dir was left behind, holding a .lock).
+    std::optional<std::string> missing;
+    if (comm.rank() == 0) {
+      std::error_code ec;
+      if (!std::filesystem::exists(dir, ec)) missing = "--resume: no checkpoint in '" + dir + "' (no such directory)";
+    }
+    if (auto message = broadcast_root_message(comm, missing)) throw UsageError(*message);
+  }
   if (!dir.empty()) {
     out.lock = lock_checkpoint_directory(comm, dir);
     std::optional<std::string> refusal;
@@ -275,6 +286,60 @@ void check_loss_finite(double loss, std::int64_t step) {
                    ": training diverged (a smaller --lr may help); stopped before saving this step");
 }
 
+namespace {
+
+// Whether a block holds a nan or an infinity: an exponent of all ones, read from the bits.
+bool holds_non_finite(const Tensor& t) {
+  const std::int64_t n = t.numel();
+  switch (t.dtype()) {
+    case DType::f32: {
+      const auto* p = static_cast<const std::uint32_t*>(t.raw());
+      std::uint32_t any = 0;
+      for (std::int64_t i = 0; i < n; ++i) any |= ((p[i] & 0x7f800000u) == 0x7f800000u) ? 1u : 0u;
+      return any != 0;
+    }
+    case DType::bf16: {
+      const auto* p = static_cast<const std::uint16_t*>(t.raw());
+      std::uint32_t any = 0;
+      for (std::int64_t i = 0; i < n; ++i) any |= ((p[i] & 0x7f80u) == 0x7f80u) ? 1u : 0u;
+      return any != 0;
+    }
+    case DType::f64: {
+      const auto* p = static_cast<const std::uint64_t*>(t.raw());
+      std::uint64_t any = 0;
+      for (std::int64_t i = 0; i < n; ++i) {
+        any |= ((p[i] & 0x7ff0000000000000ull) == 0x7ff0000000000000ull) ? 1u : 0u;
+      }
+      return any != 0;
+    }
+    case DType::i32:
+      return false;
+  }
+  return false;
+}
+
+}  // namespace
+
+void check_heldout_finite(double loss, std::int64_t step) {
+  if (std::isfinite(loss)) return;
+  throw UsageError("the held-out loss is " + std::string(std::isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf") +
+                   " after step " + std::to_string(step) + ": training diverged (a smaller --lr may help); stopped");
+}
+
+void check_state_finite(const nn::TrainState& state) {
+  if (state.params.empty()) return;
+  int bad = 0;
+  for (const nn::ParamTree* tree : {&state.params, &state.opt_state.mu, &state.opt_state.nu}) {
+    for (const auto& [path, value] : *tree) bad |= holds_non_finite(value.local()) ? 1 : 0;
+  }
+  const Communicator& comm = state.params.begin()->second.mesh().comm();
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_LOR, comm.handle()), "MPI_Allreduce");
+  if (bad != 0) {
+    throw UsageError("the parameters hold a nan or an infinity after step " + std::to_string(state.step) +
+                     ": training diverged (a smaller --lr may help); stopped before saving it");
+  }
+}
+
 std::int64_t status_kib(const char* field) {
   FILE* in = std::fopen("/proc/self/status", "r");
   if (in == nullptr) return -1;
@@ -322,10 +387,14 @@ std::string parameter_table(const nn::ParamInfos& infos, const MeshShape& mesh) 
 }
 
 void check_learning_rate(double lr) {
-  if (!(lr > 0) || !std::isfinite(lr)) {
-    char text[64];
-    std::snprintf(text, sizeof text, "%g", lr);
-    throw UsageError("--lr must be a finite number > 0, got " + std::string(text));
+  char text[64];
+  std::snprintf(text, sizeof text, "%g", lr);
+  if (!(lr > 0) || !std::isfinite(lr)) throw UsageError("--lr must be a finite number > 0, got " + std::string(text));
+  // The optimizer's constants are f32 and the process flushes subnormals to zero (core/denormals.h):
+  // a smaller rate would train at a rate of 0. Until the forty-fifth session a double subnormal
+  // was refused as "must be a finite number > 0, got 9.99989e-321", and a float subnormal ran.
+  if (lr < static_cast<double>(std::numeric_limits<float>::min())) {
+    throw UsageError("--lr must be at least 1.17549e-38, the smallest normal float, got " + std::string(text));
   }
 }
 

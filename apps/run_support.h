@@ -13,6 +13,7 @@
 #include "core/mesh_shape.h"
 #include "io/directory_lock.h"
 #include "nn/params.h"
+#include "nn/train.h"
 
 namespace tessera::apps {
 
@@ -121,6 +122,17 @@ void check_memory(double need_bytes, const std::string& what = {});
 // a diverged run stops on every rank with exit code 2 instead of training on NaN weights and
 // rotating its last good checkpoints out of the directory (--keep) with NaN ones.
 void check_loss_finite(double loss, std::int64_t step);
+
+// Collective over the state's mesh: throws UsageError on every rank ("the parameters hold a nan or
+// an infinity after step N: training diverged ...; stopped before saving it") when any rank's block
+// of any parameter or Adam moment holds a nan or an infinity. Called before every save: a step's
+// loss is that of the weights before its update, so an update that diverged reaches only the next
+// step's loss, and the last step's none (until the forty-fifth session such a state was saved,
+// and a run of one step exited 0).
+void check_state_finite(const nn::TrainState& state);
+// The same for a held-out loss (the same bits on every rank, as the training loss's): "the
+// held-out loss is nan after step N: ...".
+void check_heldout_finite(double loss, std::int64_t step);
 
 // Throws UsageError "--lr must be a finite number > 0, got X" unless `lr` is one: a nan, an
 // infinite or a negative rate would train every weight to nan (or away from the minimum), and a

@@ -117,7 +117,11 @@ void validate_flags(const Options& o) {
   if (o.sample_bytes < 0 || o.sample_bytes > 100000) {
     throw UsageError("--sample-bytes must be between 0 and 100000, got " + std::to_string(o.sample_bytes));
   }
-  if (!(o.temperature >= 0) || !std::isfinite(o.temperature)) throw UsageError("--temperature must be >= 0");
+  if (!(o.temperature >= 0) || !std::isfinite(o.temperature)) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%g", o.temperature);
+    throw UsageError("--temperature must be a finite number >= 0, got " + std::string(text));
+  }
   if (o.sample_bytes > 0 && o.prompt.empty()) throw UsageError("--prompt must not be empty");
   if ((o.resume || o.save_every > 0 || o.overwrite) && o.ckpt_dir.empty()) {
     throw UsageError("--resume, --save-every and --overwrite need --ckpt-dir");
@@ -433,6 +437,7 @@ int run(const Options& o, int world_rank) {
     std::optional<double> heldout;
     if (o.eval_every > 0 && (state.step % o.eval_every == 0 || state.step == o.steps)) {
       heldout = heldout_loss(o, model, state.params, mesh, splits.heldout);
+      apps::check_heldout_finite(*heldout, state.step);
       last_eval = state.step;
       last_heldout = *heldout;
     }
@@ -457,19 +462,25 @@ int run(const Options& o, int world_rank) {
     }
     if (heldout) report_heldout(state.step, *heldout);
     if (!o.ckpt_dir.empty() && o.save_every > 0 && state.step % o.save_every == 0) {
+      apps::check_state_finite(state);
       const std::string file = save_train_state(state, o.ckpt_dir, {o.seed, config_json(o, data), infos}, SaveOptions{o.keep});
       last_saved = state.step;
       if (root) std::cout << "saved " << file << '\n';
     }
   }
   const double train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+  // The last update reached no training loss: the state it left is checked, and evaluated, before
+  // it is saved (until the forty-fifth session a run whose last update diverged saved that state
+  // and, without --eval-every, exited 0).
+  apps::check_state_finite(state);
+  if (last_eval != state.step) {
+    last_heldout = heldout_loss(o, model, state.params, mesh, splits.heldout);
+    apps::check_heldout_finite(last_heldout, state.step);
+    report_heldout(state.step, last_heldout);
+  }
   if (!o.ckpt_dir.empty() && last_saved != state.step) {
     const std::string file = save_train_state(state, o.ckpt_dir, {o.seed, config_json(o, data), infos}, SaveOptions{o.keep});
     if (root) std::cout << "saved " << file << '\n';
-  }
-  if (last_eval != state.step) {
-    last_heldout = heldout_loss(o, model, state.params, mesh, splits.heldout);
-    report_heldout(state.step, last_heldout);
   }
   if (root) {
     std::printf("\ntrained to step %lld in %.1f s; held-out loss %.4f nats/byte (%.3f bits/byte)\n",

@@ -250,11 +250,14 @@ int run(const Options& o, int world_rank) {
       }
     }
     if (!o.ckpt_dir.empty() && o.save_every > 0 && state.step % o.save_every == 0) {
+      apps::check_state_finite(state);
       const std::string file = save_train_state(state, o.ckpt_dir, {o.seed, config_json(o), infos}, SaveOptions{o.keep});
       last_saved = state.step;
       if (root) std::cout << "saved " << file << '\n';
     }
   }
+  // The last update reached no loss: the state it left is checked before it is saved or used.
+  apps::check_state_finite(state);
   if (!o.ckpt_dir.empty() && last_saved != state.step) {
     const std::string file = save_train_state(state, o.ckpt_dir, {o.seed, config_json(o), infos}, SaveOptions{o.keep});
     if (root) std::cout << "saved " << file << '\n';

@@ -15,6 +15,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
+#include <limits>
 #include <thread>
 
 #include <mpi.h>
@@ -166,24 +168,34 @@ void commit(const std::string& temporary, const std::string& final_path) {
     throw IoError("file '" + temporary + "': cannot rename to '" + final_path + "': " + errno_text());
   }
   sync_directory(dir);
-  // The pointer is a convenience for people and tools; the rename above is the commit point.
+  // The pointer is a convenience for people and tools; the rename above is the commit point, and
+  // the checkpoint is the directory's newest whatever the pointer says (latest_checkpoint reads
+  // the names). So a pointer that cannot be written (a full disk, no inodes left) is a warning and
+  // the save goes on to prune: until the forty-fifth session it failed the save of a committed
+  // checkpoint, and the pruning that would have freed space never ran.
   const std::string pointer = (fs::path(dir) / latest_name).string();
   const std::string pointer_temporary = pointer + temporary_suffix;
-  {
-    const int fd = create_exclusive(pointer_temporary);
-    const std::string line = fs::path(final_path).filename().string() + "\n";
-    const ssize_t written = ::write(fd, line.data(), line.size());
-    const std::string error = written < 0 ? errno_text() : std::string("short write");
-    ::close(fd);
-    if (written != static_cast<ssize_t>(line.size())) {
-      throw IoError("file '" + pointer_temporary + "': cannot write the latest pointer: " + error);
+  try {
+    {
+      const int fd = create_exclusive(pointer_temporary);
+      const std::string line = fs::path(final_path).filename().string() + "\n";
+      const ssize_t written = ::write(fd, line.data(), line.size());
+      const std::string error = written < 0 ? errno_text() : std::string("short write");
+      ::close(fd);
+      if (written != static_cast<ssize_t>(line.size())) {
+        throw IoError("file '" + pointer_temporary + "': cannot write the latest pointer: " + error);
+      }
     }
+    sync_file(pointer_temporary);
+    if (std::rename(pointer_temporary.c_str(), pointer.c_str()) != 0) {
+      throw IoError("file '" + pointer + "': cannot update the latest pointer: " + errno_text());
+    }
+    sync_directory(dir);
+  } catch (const IoError& e) {
+    ::unlink(pointer_temporary.c_str());
+    std::cerr << "tessera: warning: checkpoint '" << final_path << "' is committed, but " << e.what()
+              << "; 'latest' still names an earlier checkpoint" << std::endl;
   }
-  sync_file(pointer_temporary);
-  if (std::rename(pointer_temporary.c_str(), pointer.c_str()) != 0) {
-    throw IoError("file '" + pointer + "': cannot update the latest pointer: " + errno_text());
-  }
-  sync_directory(dir);
 }
 
 int create_exclusive(const std::string& path) {
@@ -203,9 +215,17 @@ std::vector<std::string> prunable(const std::string& dir, int keep, const std::s
   // The file just written stays whatever its step: `latest` names it (another run's higher
   // steps in the directory must not make a save delete itself).
   const std::string protected_name = just_written.empty() ? std::string() : fs::path(just_written).filename().string();
+  // Files named for steps past the one just written are none of this run's (a run saves its
+  // steps in order, and a resume continues from the newest): they are neither pruned nor counted
+  // toward `keep`. Until the forty-fifth session two files copied into a running job's directory
+  // under high step numbers took two of its three places, and its own last two were removed.
+  std::int64_t written_step = std::numeric_limits<std::int64_t>::max();
+  for (const auto& [step, path] : complete) {
+    if (fs::path(path).filename().string() == protected_name) written_step = step;
+  }
   std::vector<std::string> others;
   for (const auto& [step, path] : complete) {
-    if (fs::path(path).filename().string() != protected_name) others.push_back(path);
+    if (fs::path(path).filename().string() != protected_name && step < written_step) others.push_back(path);
   }
   const std::size_t others_kept = static_cast<std::size_t>(std::max(0, keep - (protected_name.empty() ? 0 : 1)));
   if (keep > 0 && others.size() > others_kept) {

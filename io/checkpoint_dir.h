@@ -45,12 +45,14 @@ void sync_file(const std::string& path);
 void sync_directory(const std::string& dir);
 
 // Makes `temporary` visible as `final_path` (fsync, rename, fsync of the directory) and then
-// points `latest` at it (written to a temporary name and renamed too). Throws IoError.
+// points `latest` at it (written to a temporary name and renamed too). Throws IoError when the
+// checkpoint cannot be committed; a `latest` that cannot be written after the commit is a warning
+// on stderr, and `latest` keeps naming the checkpoint before.
 void commit(const std::string& temporary, const std::string& final_path);
 // Removes complete checkpoints beyond the newest `keep` (keep <= 0: none) and every leftover
 // temporary file. Returns the removed paths. `just_written` (the file `latest` names) is never
-// removed, even when older checkpoints of higher steps are there: it counts as one of the
-// `keep`, the others kept are the highest steps.
+// removed, and neither is a checkpoint of a higher step (none of the run's own): `keep` counts
+// `just_written` and the highest of the steps below it.
 std::vector<std::string> prune(const std::string& dir, int keep, const std::string& just_written = {});
 // What prune would remove, removing nothing.
 std::vector<std::string> prunable(const std::string& dir, int keep, const std::string& just_written = {});

@@ -14,11 +14,13 @@
 // The file is what HDF5's own filtered write would have left: HDF5 reads it and checks every
 // checksum (verify_checkpoint, h5dump, tests/io/chunk_io_test.cpp). Only the fill chunks HDF5
 // would have filtered and written first, and the rewrite through one ROMIO aggregator, are gone.
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <set>
@@ -403,6 +405,20 @@ std::vector<FileSpan> file_pieces(const std::vector<OwnedChunk>& chunks, const s
   return runs;
 }
 
+// What a failed write's message adds: the free space of the file's file system, which ROMIO's
+// MPI_ERR_IO does not name (a disk that filled during the write; the check before the save sees
+// only one that is full when it starts).
+std::string space_note(const std::string& file) {
+  struct statvfs info {};
+  const std::string dir = std::filesystem::path(file).parent_path().string();
+  if (::statvfs(dir.c_str(), &info) != 0 || info.f_blocks == 0) return {};
+  const double free = static_cast<double>(info.f_bavail) * static_cast<double>(info.f_frsize);
+  char text[160];
+  std::snprintf(text, sizeof text, " (the file system holds %.0f bytes free%s)", free,
+                free < 1048576.0 ? ": it is full" : "");
+  return text;
+}
+
 // Every rank: its pieces into the laid-out file, in one collective write.
 void write_pieces(const std::vector<FileSpan>& pieces, const Communicator& comm, const std::string& temporary,
                   const SaveOptions& options, std::int64_t step) {
@@ -443,12 +459,12 @@ void write_pieces(const std::vector<FileSpan>& pieces, const Communicator& comm,
   } else {
     MPI_Status status;
     rc = MPI_File_write_all(handle, MPI_BOTTOM, n > 0 ? 1 : 0, memory_type, &status);
-    if (rc != MPI_SUCCESS) error = context + ": MPI_File_write_all failed: " + mpi_error_text(rc);
+    if (rc != MPI_SUCCESS) error = context + ": MPI_File_write_all failed: " + mpi_error_text(rc) + space_note(temporary);
   }
   // Every rank's bytes reach the disk before the agreement below, after which rank 0 renames:
   // a rename can never publish a file whose data some rank still buffers.
   rc = MPI_File_sync(handle);
-  if (rc != MPI_SUCCESS && !error) error = context + ": MPI_File_sync failed: " + mpi_error_text(rc);
+  if (rc != MPI_SUCCESS && !error) error = context + ": MPI_File_sync failed: " + mpi_error_text(rc) + space_note(temporary);
   checkpoint_dir::test_kill_point("after_write", comm.rank());
   checkpoint_dir::test_kill_point("after_write@" + std::to_string(step), comm.rank());
   // ROMIO's close is collective and polls. The ranks that wrote nothing (every replica but one of
@@ -458,7 +474,7 @@ void write_pieces(const std::vector<FileSpan>& pieces, const Communicator& comm,
   // sleep before the chunks' agreement below 0.87-0.95; docs/design.md, "How a save writes").
   comm.barrier_sleeping();
   rc = MPI_File_close(&handle);
-  if (rc != MPI_SUCCESS && !error) error = context + ": MPI_File_close failed: " + mpi_error_text(rc);
+  if (rc != MPI_SUCCESS && !error) error = context + ": MPI_File_close failed: " + mpi_error_text(rc) + space_note(temporary);
   // Freed after the close: ROMIO 3.2 keeps the view's flattened type until then.
   if (n > 0) {
     MPI_Type_free(&file_type);

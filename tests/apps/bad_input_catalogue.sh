@@ -184,6 +184,22 @@ expect train_lm.loss_not_finite 2 \
     exit $rc' _ "$launch" "$ranks" "$apps/train_lm" "$work/diverged" --mesh "data=1,seq=1,model=$ranks" --steps 5 \
   --lr 1e30 --eval-every 0 --d-model 32 --heads 8 --d-ff 64 --layers 1 --seq-len 16 --batch 2 --quiet --sample-bytes 0 \
   --ckpt-dir "$work/diverged" --save-every 1
+# The last step's update reaches no training loss: the state it leaves is checked (and the
+# transformer's evaluated) before it is saved. Until the forty-fifth session a run of one step saved
+# weights of infinity, or whose held-out loss was nan, and exited 0; now nothing is saved.
+expect train_mlp.state_not_finite 2 \
+  '^train_mlp: the parameters hold a nan or an infinity after step 1: training diverged \(a smaller --lr may help\); stopped before saving it$' \
+  one bash -c 'bash "$1" "$2" "$3" "${@:5}"; rc=$?
+    [ -z "$(ls "$4" 2>/dev/null)" ] || { echo "directory holds: $(ls "$4" | tr "\n" " ")" >&2; exit 9; }
+    exit $rc' _ "$launch" "$ranks" "$tm" "$work/diverged_mlp" "${small[@]}" --steps 1 --lr 1e39 \
+  --ckpt-dir "$work/diverged_mlp"
+expect train_lm.heldout_not_finite 2 \
+  '^train_lm: the held-out loss is nan after step 1: training diverged \(a smaller --lr may help\); stopped$' \
+  one bash -c 'bash "$1" "$2" "$3" "${@:5}"; rc=$?
+    [ -z "$(ls "$4" 2>/dev/null)" ] || { echo "directory holds: $(ls "$4" | tr "\n" " ")" >&2; exit 9; }
+    exit $rc' _ "$launch" "$ranks" "$apps/train_lm" "$work/diverged_lm" --mesh "data=1,seq=1,model=$ranks" --steps 1 \
+  --lr 1e30 --eval-every 0 --d-model 32 --heads 8 --d-ff 64 --layers 1 --seq-len 16 --batch 2 --quiet --sample-bytes 0 \
+  --ckpt-dir "$work/diverged_lm"
 flag train_mlp.resume_and_overwrite 2 '^train_mlp: --resume and --overwrite exclude each other$' \
   mpi "$tm" "${small[@]}" --resume --overwrite --ckpt-dir "$work/unused"
 flag train_mlp.layers_too_many 2 '^train_mlp: --layers must be <= 10000, got 10001$' mpi "$tm" "${small[@]}" --layers 10001
@@ -448,6 +464,12 @@ expect resume.not_hdf5 2 "'$work/resume_text/ckpt_00000005.h5'.*not an HDF5 file
   mpi "$tm" "${small[@]}" --steps 6 --resume --ckpt-dir "$work/resume_text"
 expect resume.empty_dir 2 "train_mlp: --resume: no checkpoint in '$work/empty_dir'" \
   mpi "$tm" "${small[@]}" --resume --ckpt-dir "$work/empty_dir"
+# A resume from a directory that is not there leaves none behind (until the forty-fifth session
+# the lock made it, holding a .lock).
+expect resume.missing_dir_not_made 2 "^train_mlp: --resume: no checkpoint in '$work/missing/sub' \\(no such directory\\)\$" \
+  one bash -c 'bash "$1" "$2" "${@:4}"; rc=$?
+    [ ! -e "$3" ] || { echo "the resume made '"'"'$3'"'"'" >&2; exit 9; }
+    exit $rc' _ "$launch" "$ranks" "$work/missing" "$tm" "${small[@]}" --resume --ckpt-dir "$work/missing/sub"
 cp -r "$good" "$work/other_model"
 # A resume continues the saved model and its data: a flag that fixes them and differs from the
 # checkpoint's configuration is refused before anything is restored or written. With fewer

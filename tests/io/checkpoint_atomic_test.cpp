@@ -95,19 +95,28 @@ TEST(CheckpointNames, StepsAndFileNamesRoundTrip) {
   }
 }
 
-TEST(CheckpointPrune, NeverRemovesTheFileJustWritten) {
+// The file just written stays, and so does every file named for a later step: none of the run's
+// own (a run saves its steps in order). `keep` counts the file just written and those before it.
+// Until the forty-fifth session the later files counted toward `keep` and were pruned as the
+// newest: files copied into a running job's directory under high step numbers took its places,
+// and its own last checkpoints were removed.
+TEST(CheckpointPrune, NeverRemovesTheFileJustWrittenNorLaterOnes) {
   const std::string d = std::string(TESSERA_IO_TEST_TMP) + "/prune";
   fs::remove_all(d);
   fs::create_directories(d);
-  for (int step : {5, 10, 20, 30}) std::ofstream(d + "/" + checkpoint_dir::file_name(step)) << "x";
+  for (int step : {1, 2, 3, 5, 10, 30}) std::ofstream(d + "/" + checkpoint_dir::file_name(step)) << "x";
+  const auto left = [&] {
+    std::vector<std::int64_t> steps;
+    for (const auto& [step, path] : checkpoint_dir::list_complete(d)) steps.push_back(step);
+    return steps;
+  };
   checkpoint_dir::prune(d, 2, d + "/" + checkpoint_dir::file_name(5));
-  std::vector<std::int64_t> left;
-  for (const auto& [step, path] : checkpoint_dir::list_complete(d)) left.push_back(step);
-  EXPECT_EQ(left, (std::vector<std::int64_t>{5, 30}));
+  EXPECT_EQ(left(), (std::vector<std::int64_t>{3, 5, 10, 30}));
   checkpoint_dir::prune(d, 1, d + "/" + checkpoint_dir::file_name(5));
-  left.clear();
-  for (const auto& [step, path] : checkpoint_dir::list_complete(d)) left.push_back(step);
-  EXPECT_EQ(left, (std::vector<std::int64_t>{5}));
+  EXPECT_EQ(left(), (std::vector<std::int64_t>{5, 10, 30}));
+  // Without a file just written, the newest `keep` stay.
+  checkpoint_dir::prune(d, 1, "");
+  EXPECT_EQ(left(), (std::vector<std::int64_t>{30}));
 }
 
 // --overwrite's helper removes checkpoints, leftovers and `latest`, and nothing else.
