@@ -335,7 +335,7 @@ void check_state_finite(const nn::TrainState& state) {
   const Communicator& comm = state.params.begin()->second.mesh().comm();
   check_mpi(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_LOR, comm.handle()), "MPI_Allreduce");
   if (bad != 0) {
-    throw UsageError("the parameters hold a nan or an infinity after step " + std::to_string(state.step) +
+    throw UsageError("the parameters or their Adam moments hold a nan or an infinity after step " + std::to_string(state.step) +
                      ": training diverged (a smaller --lr may help); stopped before saving it");
   }
 }

@@ -123,7 +123,7 @@ void check_memory(double need_bytes, const std::string& what = {});
 // rotating its last good checkpoints out of the directory (--keep) with NaN ones.
 void check_loss_finite(double loss, std::int64_t step);
 
-// Collective over the state's mesh: throws UsageError on every rank ("the parameters hold a nan or
+// Collective over the state's mesh: throws UsageError on every rank ("the parameters or their Adam moments hold a nan or
 // an infinity after step N: training diverged ...; stopped before saving it") when any rank's block
 // of any parameter or Adam moment holds a nan or an infinity. Called before every save: a step's
 // loss is that of the weights before its update, so an update that diverged reaches only the next

@@ -22,6 +22,9 @@ void abort_with_error(const Communicator& comm, const std::string& context, cons
   } catch (const IntegrityError& e) {
     message = e.what();
     code = 3;
+  } catch (const MpiError& e) {
+    message = e.what();
+    code = 1;  // a runtime failure, as the programs' exit codes have it (apps/cli_main.h)
   } catch (const std::exception& e) {
     message = e.what();
   } catch (...) {

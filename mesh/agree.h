@@ -43,7 +43,7 @@ int failed_rank_wait_seconds();
 bool wait_until_done(MPI_Request& request, double seconds = failed_rank_wait_seconds());
 
 // Prints "tessera: rank R: <context><message of `thrown`>" on stderr and ends the job over `comm`
-// (MPI_Abort) with exit code 3 for an IntegrityError, 2 for any other: a rank whose own code threw
+// (MPI_Abort) with exit code 3 for an IntegrityError, 1 for an MpiError, 2 for any other: a rank whose own code threw
 // while the others may wait inside a collective it left, which nothing can take them out of.
 [[noreturn]] void abort_with_error(const Communicator& comm, const std::string& context,
                                    const std::exception_ptr& thrown);

@@ -188,7 +188,7 @@ expect train_lm.loss_not_finite 2 \
 # transformer's evaluated) before it is saved. Until the forty-fifth session a run of one step saved
 # weights of infinity, or whose held-out loss was nan, and exited 0; now nothing is saved.
 expect train_mlp.state_not_finite 2 \
-  '^train_mlp: the parameters hold a nan or an infinity after step 1: training diverged \(a smaller --lr may help\); stopped before saving it$' \
+  '^train_mlp: the parameters or their Adam moments hold a nan or an infinity after step 1: training diverged \(a smaller --lr may help\); stopped before saving it$' \
   one bash -c 'bash "$1" "$2" "$3" "${@:5}"; rc=$?
     [ -z "$(ls "$4" 2>/dev/null)" ] || { echo "directory holds: $(ls "$4" | tr "\n" " ")" >&2; exit 9; }
     exit $rc' _ "$launch" "$ranks" "$tm" "$work/diverged_mlp" "${small[@]}" --steps 1 --lr 1e39 \
