@@ -127,6 +127,12 @@ void check_free_space(const std::string& dir, std::uint64_t bytes, std::int64_t 
 
 void make_directories(const std::string& dir) {
   std::error_code ec;
+  // A symlink whose target is missing: create_directories says only "File exists" (until the
+  // forty-fifth session that was the message).
+  if (fs::is_symlink(fs::symlink_status(dir, ec)) && !fs::exists(dir, ec)) {
+    throw IoError("checkpoint directory '" + dir + "' is a symlink to '" + fs::read_symlink(dir, ec).string() +
+                  "', which does not exist");
+  }
   fs::create_directories(dir, ec);
   if (ec) throw IoError("checkpoint directory '" + dir + "': cannot create: " + ec.message());
   if (!fs::is_directory(dir, ec)) throw IoError("checkpoint directory '" + dir + "': not a directory");

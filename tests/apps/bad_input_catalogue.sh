@@ -587,6 +587,10 @@ while [ ${#long_dir} -lt 3880 ]; do long_dir="$long_dir/$(printf 'd%.0s' {1..200
 long_dir="$long_dir/$(head -c $((4085 - ${#long_dir} - 1)) /dev/zero | tr '\0' d)"  # 4085 bytes: it can be made
 expect ckpt_dir.path_too_long 2 "^train_mlp: checkpoint directory '.*': its path of [0-9]+ bytes leaves no room for its files' names" \
   mpi "$tm" "${small[@]}" --steps 2 --ckpt-dir "$long_dir"
+# The directory is a symlink to nothing (until the forty-fifth session: "cannot create: File exists").
+ln -sfn "$work/nowhere" "$work/dangling"
+expect ckpt_dir.dangling_symlink 2 "^train_mlp: checkpoint directory '$work/dangling' is a symlink to '$work/nowhere', which does not exist\$" \
+  mpi "$tm" "${small[@]}" --steps 2 --ckpt-dir "$work/dangling"
 # The directory is a file.
 printf 'x' >"$work/a_file"
 expect ckpt_dir.is_a_file 2 "'$work/a_file'" mpi "$tm" "${small[@]}" --steps 2 --save-every 1 --ckpt-dir "$work/a_file"
