@@ -1110,9 +1110,7 @@ int run(const Options& o, int world_rank, int world_size) {
   apps::check_memory(2.0 * static_cast<double>(o.copy_mib) * 1048576.0,
                      "--copy-mib " + std::to_string(o.copy_mib) + ": the copy measurement ");
   if (!(o.measure_seconds > 0 && o.measure_seconds <= 3600)) {
-    char got[32];
-    std::snprintf(got, sizeof got, "%g", o.measure_seconds);
-    throw UsageError(std::string("--measure-seconds must be > 0 and <= 3600, got ") + got);
+    throw UsageError("--measure-seconds must be > 0 and <= 3600, got " + apps::number_text(o.measure_seconds));
   }
   if (o.steps < 1 || o.warmup < 0) throw UsageError("--steps must be >= 1 and --warmup >= 0");
   // Their sum counts the steps run (an int: 2^31 - 1 steps and one of warmup wrapped, no step ran,

@@ -279,51 +279,53 @@ void check_memory(double need_bytes, const std::string& what) {
   }
 }
 
-void check_loss_finite(double loss, std::int64_t step) {
-  if (std::isfinite(loss)) return;
-  throw UsageError("the loss is " + std::string(std::isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf") + " at step " +
-                   std::to_string(step) +
-                   ": training diverged (a smaller --lr may help); stopped before saving this step");
-}
-
 namespace {
 
-// Whether a block holds a nan or an infinity: an exponent of all ones, read from the bits.
+// Whether any of `n` words has every bit of `exponent` set: a nan or an infinity, read from the bits.
+template <class Word>
+bool any_exponent_all_ones(const void* data, std::int64_t n, Word exponent) {
+  const auto* p = static_cast<const Word*>(data);
+  bool any = false;
+  for (std::int64_t i = 0; i < n; ++i) any |= (p[i] & exponent) == exponent;
+  return any;
+}
+
+// Whether a block holds a nan or an infinity.
 bool holds_non_finite(const Tensor& t) {
-  const std::int64_t n = t.numel();
   switch (t.dtype()) {
-    case DType::f32: {
-      const auto* p = static_cast<const std::uint32_t*>(t.raw());
-      std::uint32_t any = 0;
-      for (std::int64_t i = 0; i < n; ++i) any |= ((p[i] & 0x7f800000u) == 0x7f800000u) ? 1u : 0u;
-      return any != 0;
-    }
-    case DType::bf16: {
-      const auto* p = static_cast<const std::uint16_t*>(t.raw());
-      std::uint32_t any = 0;
-      for (std::int64_t i = 0; i < n; ++i) any |= ((p[i] & 0x7f80u) == 0x7f80u) ? 1u : 0u;
-      return any != 0;
-    }
-    case DType::f64: {
-      const auto* p = static_cast<const std::uint64_t*>(t.raw());
-      std::uint64_t any = 0;
-      for (std::int64_t i = 0; i < n; ++i) {
-        any |= ((p[i] & 0x7ff0000000000000ull) == 0x7ff0000000000000ull) ? 1u : 0u;
-      }
-      return any != 0;
-    }
+    case DType::f32:
+      return any_exponent_all_ones<std::uint32_t>(t.raw(), t.numel(), 0x7f800000u);
+    case DType::bf16:
+      return any_exponent_all_ones<std::uint16_t>(t.raw(), t.numel(), 0x7f80u);
+    case DType::f64:
+      return any_exponent_all_ones<std::uint64_t>(t.raw(), t.numel(), 0x7ff0000000000000ull);
     case DType::i32:
       return false;
   }
   return false;
 }
 
+// "nan", "inf" or "-inf": the word the divergence messages name a loss that is not finite by.
+std::string non_finite_name(double value) { return std::isnan(value) ? "nan" : value > 0 ? "inf" : "-inf"; }
+
 }  // namespace
+
+void check_loss_finite(double loss, std::int64_t step) {
+  if (std::isfinite(loss)) return;
+  throw UsageError("the loss is " + non_finite_name(loss) + " at step " + std::to_string(step) +
+                   ": training diverged (a smaller --lr may help); stopped before saving this step");
+}
+
+std::string number_text(double value) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%g", value);
+  return text;
+}
 
 void check_heldout_finite(double loss, std::int64_t step) {
   if (std::isfinite(loss)) return;
-  throw UsageError("the held-out loss is " + std::string(std::isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf") +
-                   " after step " + std::to_string(step) + ": training diverged (a smaller --lr may help); stopped");
+  throw UsageError("the held-out loss is " + non_finite_name(loss) + " after step " + std::to_string(step) +
+                   ": training diverged (a smaller --lr may help); stopped");
 }
 
 void check_state_finite(const nn::TrainState& state) {
@@ -387,14 +389,13 @@ std::string parameter_table(const nn::ParamInfos& infos, const MeshShape& mesh) 
 }
 
 void check_learning_rate(double lr) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%g", lr);
-  if (!(lr > 0) || !std::isfinite(lr)) throw UsageError("--lr must be a finite number > 0, got " + std::string(text));
+  const std::string text = number_text(lr);
+  if (!(lr > 0) || !std::isfinite(lr)) throw UsageError("--lr must be a finite number > 0, got " + text);
   // The optimizer's constants are f32 and the process flushes subnormals to zero (core/denormals.h):
   // a smaller rate would train at a rate of 0. Until the forty-fifth session a double subnormal
   // was refused as "must be a finite number > 0, got 9.99989e-321", and a float subnormal ran.
   if (lr < static_cast<double>(std::numeric_limits<float>::min())) {
-    throw UsageError("--lr must be at least 1.17549e-38, the smallest normal float, got " + std::string(text));
+    throw UsageError("--lr must be at least 1.17549e-38, the smallest normal float, got " + text);
   }
 }
 

@@ -123,6 +123,9 @@ void check_memory(double need_bytes, const std::string& what = {});
 // rotating its last good checkpoints out of the directory (--keep) with NaN ones.
 void check_loss_finite(double loss, std::int64_t step);
 
+// A flag's number as the refusals print it (printf's %g: "1e-40", "inf", "nan").
+std::string number_text(double value);
+
 // Collective over the state's mesh: throws UsageError on every rank ("the parameters or their Adam moments hold a nan or
 // an infinity after step N: training diverged ...; stopped before saving it") when any rank's block
 // of any parameter or Adam moment holds a nan or an infinity. Called before every save: a step's

@@ -118,9 +118,7 @@ void validate_flags(const Options& o) {
     throw UsageError("--sample-bytes must be between 0 and 100000, got " + std::to_string(o.sample_bytes));
   }
   if (!(o.temperature >= 0) || !std::isfinite(o.temperature)) {
-    char text[64];
-    std::snprintf(text, sizeof text, "%g", o.temperature);
-    throw UsageError("--temperature must be a finite number >= 0, got " + std::string(text));
+    throw UsageError("--temperature must be a finite number >= 0, got " + apps::number_text(o.temperature));
   }
   if (o.sample_bytes > 0 && o.prompt.empty()) throw UsageError("--prompt must not be empty");
   if ((o.resume || o.save_every > 0 || o.overwrite) && o.ckpt_dir.empty()) {

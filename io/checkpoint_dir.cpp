@@ -109,15 +109,22 @@ void check_room_for_saves(const std::string& dir) {
   }
 }
 
-void check_free_space(const std::string& dir, std::uint64_t bytes, std::int64_t step) {
+std::optional<std::uint64_t> free_bytes(const std::string& dir) {
   struct statvfs fs_info {};
-  // A file system that does not say (statvfs fails, or reports no blocks) is not judged.
-  if (::statvfs(dir.c_str(), &fs_info) != 0 || fs_info.f_blocks == 0) return;
+  if (::statvfs(dir.c_str(), &fs_info) != 0 || fs_info.f_blocks == 0) return std::nullopt;
   std::uint64_t free = 0;
   if (__builtin_mul_overflow(static_cast<std::uint64_t>(fs_info.f_bavail), static_cast<std::uint64_t>(fs_info.f_frsize),
                              &free)) {
-    return;
+    return std::nullopt;
   }
+  return free;
+}
+
+void check_free_space(const std::string& dir, std::uint64_t bytes, std::int64_t step) {
+  // A file system that does not say (statvfs fails, or reports no blocks) is not judged.
+  const std::optional<std::uint64_t> known = free_bytes(dir);
+  if (!known) return;
+  const std::uint64_t free = *known;
   if (free < bytes) {
     throw IoError("checkpoint directory '" + dir + "': not enough free space for the checkpoint of step " +
                   std::to_string(step) + ": it needs " + std::to_string(bytes) + " bytes, " + std::to_string(free) +
@@ -225,10 +232,7 @@ std::vector<std::string> prunable(const std::string& dir, int keep, const std::s
   // steps in order, and a resume continues from the newest): they are neither pruned nor counted
   // toward `keep`. Until the forty-fifth session two files copied into a running job's directory
   // under high step numbers took two of its three places, and its own last two were removed.
-  std::int64_t written_step = std::numeric_limits<std::int64_t>::max();
-  for (const auto& [step, path] : complete) {
-    if (fs::path(path).filename().string() == protected_name) written_step = step;
-  }
+  const std::int64_t written_step = parse_file_name(protected_name).value_or(std::numeric_limits<std::int64_t>::max());
   std::vector<std::string> others;
   for (const auto& [step, path] : complete) {
     if (fs::path(path).filename().string() != protected_name && step < written_step) others.push_back(path);

@@ -39,6 +39,9 @@ void check_room_for_saves(const std::string& dir);
 // of `step`. Where the file system does not say, nothing is checked. A save checks this before it
 // creates the file, so that a full disk is named as one rather than as an MPI write's I/O error.
 void check_free_space(const std::string& dir, std::uint64_t bytes, std::int64_t step);
+// The bytes an unprivileged user may still write on the file system of `dir`, or nullopt where it
+// does not say (statvfs fails, reports no blocks, or a product past 2^64).
+std::optional<std::uint64_t> free_bytes(const std::string& dir);
 
 // fsync of a file's data, and of a directory's entries (so a rename is durable).
 void sync_file(const std::string& path);

@@ -14,13 +14,11 @@
 // The file is what HDF5's own filtered write would have left: HDF5 reads it and checks every
 // checksum (verify_checkpoint, h5dump, tests/io/chunk_io_test.cpp). Only the fill chunks HDF5
 // would have filtered and written first, and the rewrite through one ROMIO aggregator, are gone.
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <bit>
 #include <chrono>
-#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <set>
@@ -409,14 +407,10 @@ std::vector<FileSpan> file_pieces(const std::vector<OwnedChunk>& chunks, const s
 // MPI_ERR_IO does not name (a disk that filled during the write; the check before the save sees
 // only one that is full when it starts).
 std::string space_note(const std::string& file) {
-  struct statvfs info {};
-  const std::string dir = std::filesystem::path(file).parent_path().string();
-  if (::statvfs(dir.c_str(), &info) != 0 || info.f_blocks == 0) return {};
-  const double free = static_cast<double>(info.f_bavail) * static_cast<double>(info.f_frsize);
-  char text[160];
-  std::snprintf(text, sizeof text, " (the file system holds %.0f bytes free%s)", free,
-                free < 1048576.0 ? ": it is full" : "");
-  return text;
+  const std::optional<std::uint64_t> free = checkpoint_dir::free_bytes(std::filesystem::path(file).parent_path().string());
+  if (!free) return {};
+  return " (the file system holds " + std::to_string(*free) + " bytes free" +
+         (*free < (std::uint64_t{1} << 20) ? ": it is full)" : ")");
 }
 
 // Every rank: its pieces into the laid-out file, in one collective write.

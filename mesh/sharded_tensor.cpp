@@ -64,17 +64,11 @@ Tensor ShardedTensor::to_global() const {
   const Axes axes = spec_.used_axes();
   const Communicator& group = mesh_.axes_comm(axes);
   const int n = group.size();
-  // Member g's coordinates: this rank's on the other axes, g's mixed radix on `axes`
-  // (Mesh::axes_rank); the members visited in the mesh's rank order, as before.
+  // Member g's coordinates (MeshShape::group_member, the order of Mesh::axes_comm); the members
+  // visited in the mesh's rank order, as before.
   std::vector<std::pair<int, std::vector<int>>> members;  // (mesh rank, coordinates) by group rank
   for (int g = 0; g < n; ++g) {
-    std::vector<int> coords = mesh_.coords();
-    int key = g;
-    for (auto it = axes.rbegin(); it != axes.rend(); ++it) {
-      const int a = shape.axis_index(*it);
-      coords[a] = key % shape.sizes()[a];
-      key /= shape.sizes()[a];
-    }
+    std::vector<int> coords = shape.group_member(mesh_.coords(), axes, g);
     members.emplace_back(shape.rank_of(coords), std::move(coords));
   }
   std::vector<int> order(n);
@@ -93,16 +87,12 @@ Tensor ShardedTensor::to_global() const {
   }
   const Tensor& send_block = even ? local_ : padded_block;
   std::vector<std::byte> all(checked_mul<std::size_t>(block_bytes, static_cast<std::size_t>(n), "to_global bytes"));
-  if (n > 1) {
-    // MPI counts are int: a block over 2^31 - 1 bytes goes as units of a larger type (byte_message).
-    ByteMessage message = byte_message(static_cast<std::int64_t>(block_bytes), "to_global");
-    const int rc = MPI_Allgather(send_block.raw(), message.count, message.type, all.data(), message.count, message.type,
-                                 group.handle());
-    if (message.owned) MPI_Type_free(&message.type);
-    check_mpi(rc, "MPI_Allgather (to_global)");
-  } else if (block_bytes > 0) {
-    std::memcpy(all.data(), send_block.raw(), block_bytes);
-  }
+  // MPI counts are int: a block over 2^31 - 1 bytes goes as units of a larger type (byte_message).
+  ByteMessage message = byte_message(static_cast<std::int64_t>(block_bytes), "to_global");
+  const int rc = MPI_Allgather(send_block.raw(), message.count, message.type, all.data(), message.count, message.type,
+                               group.handle());
+  if (message.owned) MPI_Type_free(&message.type);
+  check_mpi(rc, "MPI_Allgather (to_global)");
   // A partial bf16 value is summed in f32 in rank order and rounded once (semantics 8, as a
   // reshard's reduction does): adding bf16 blocks one at a time rounded after each add, and lost
   // the small terms (256 + 1 + ... + 1 over 8 ranks read back as 256, where reshard gave 264).
