@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -515,6 +516,17 @@ TEST(Collectives, CountsBeyondIntAreAClearError) {
     EXPECT_EQ(extent, size) << bytes;  // consecutive messages (a gather's blocks) lie back to back
   }
   EXPECT_THROW(detail::contiguous_message(std::int64_t(1) << 52, "x"), MpiError);
+  // The limit itself: 2^31 - 1 units of 1 MiB is one count, with or without bytes after the last
+  // unit; one unit more is refused.
+  for (const std::int64_t rest : {std::int64_t(0), std::int64_t(5)}) {
+    const std::int64_t bytes = (std::int64_t(INT_MAX) << 20) + rest;
+    const auto m = detail::contiguous_message(bytes, "all_gather");
+    MPI_Count size = 0;
+    ASSERT_EQ(MPI_Type_size_x(m.type.get(), &size), MPI_SUCCESS);
+    EXPECT_EQ(m.count, rest == 0 ? INT_MAX : 1) << bytes;
+    EXPECT_EQ(size * m.count, bytes) << bytes;
+  }
+  EXPECT_THROW(detail::contiguous_message((std::int64_t(INT_MAX) + 1) << 20, "x"), MpiError);
 }
 
 TEST(CommScope, CountsOnlyItsLifetimeAndSurvivesAReset) {
