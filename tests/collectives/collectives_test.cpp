@@ -488,6 +488,10 @@ TEST(Collectives, BadInputIsAnErrorOnEveryRank) {
                                  shape_to_string(Shape(n, 2)) + ")");
     expect_error<SpecError>([&] { permute(mesh, t, {axis}, {{0, 0}, {0, n - 1}}); },
                             "permute: position 0 is a source twice");
+    if (n > 1) {
+      expect_error<SpecError>([&] { permute(mesh, t, {axis}, {{0, 1}, {1, 1}}); },
+                              "permute: position 1 is a destination twice");
+    }
     expect_error<SpecError>([&] { permute(mesh, t, {axis}, {{0, n}}); },
                             "permute: pair (0, " + std::to_string(n) + ") is out of range for " + std::to_string(n) +
                                 " ranks");
