@@ -158,6 +158,43 @@ TEST(Bf16Collectives, ToGlobalOfAPartialValueRoundsOnce) {
   EXPECT_NE(expected, 256.0);
 }
 
+// The order of a bf16 sum shows in its bits when the f32 sum needs rounding: 2^-30 from rank 1, 1
+// from rank 2, -1 from rank 3, 0 elsewhere. In rank order 2^-30 + 1 rounds to 1 and the total is
+// 0; from the last rank down (or any order adding rank 1's value last) it is 2^-30, which bf16
+// holds exactly. The values of MovesTheSameValuesAtHalfTheBytes sum exactly in f32, in any order.
+TEST(Bf16Collectives, SumsInRankOrder) {
+  if (world_size() < 4) GTEST_SKIP() << "needs 4 ranks";
+  const int n = world_size();
+  Mesh mesh = Mesh::world(MeshShape({"all"}, {n}));
+  auto value = [](int r) { return r == 1 ? 0x1p-30f : r == 2 ? 1.0f : r == 3 ? -1.0f : 0.0f; };
+  float in_order = 0.0f, reversed = value(0);
+  for (int r = 0; r < n; ++r) in_order += value(r);
+  for (int r = n - 1; r >= 1; --r) reversed += value(r);
+  const double expected = static_cast<float>(bfloat16(in_order));
+  ASSERT_EQ(expected, 0.0);
+  ASSERT_NE(static_cast<double>(static_cast<float>(bfloat16(reversed))), expected);  // the test can fail
+
+  const Tensor mine = Tensor::full({6}, value(mesh.rank()), DType::bf16);
+  const Tensor sum = all_reduce(mesh, mine, {"all"});
+  for (std::int64_t i = 0; i < sum.numel(); ++i) EXPECT_EQ(sum.at(i), expected) << "all_reduce at " << i;
+  // reduce_scatter, even (2 per rank) and uneven (2n + 1 over n ranks: the variable counts).
+  for (const std::int64_t length : {std::int64_t{2} * n, std::int64_t{2} * n + 1}) {
+    const Tensor scattered = reduce_scatter(mesh, Tensor::full({length}, value(mesh.rank()), DType::bf16), {"all"}, 0);
+    ASSERT_EQ(scattered.numel(), block_extent(length, n, mesh.rank()));
+    for (std::int64_t i = 0; i < scattered.numel(); ++i) {
+      EXPECT_EQ(scattered.at(i), expected) << "reduce_scatter of " << length << " at " << i;
+    }
+  }
+  // A partial value resharded to replicated, and read back whole.
+  const ShardedTensor partial(mesh, parse_spec("P(None; partial=all)"), {6}, mine);
+  const Tensor replicated = reshard(partial, parse_spec("P(None)")).local();
+  const Tensor global = partial.to_global();
+  for (std::int64_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(replicated.at(i), expected) << "reshard at " << i;
+    EXPECT_EQ(global.at(i), expected) << "to_global at " << i;
+  }
+}
+
 // reshard between every pair of specs of a 2-D tensor (partial sources included): the bf16 value
 // is the f32 one rounded (sums aside, which round once), in exactly half the bytes.
 TEST(Bf16Collectives, ReshardEveryPairAtHalfTheBytes) {

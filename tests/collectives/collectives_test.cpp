@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -487,6 +488,10 @@ TEST(Collectives, BadInputIsAnErrorOnEveryRank) {
                                  shape_to_string(Shape(n, 2)) + ")");
     expect_error<SpecError>([&] { permute(mesh, t, {axis}, {{0, 0}, {0, n - 1}}); },
                             "permute: position 0 is a source twice");
+    if (n > 1) {
+      expect_error<SpecError>([&] { permute(mesh, t, {axis}, {{0, 1}, {1, 1}}); },
+                              "permute: position 1 is a destination twice");
+    }
     expect_error<SpecError>([&] { permute(mesh, t, {axis}, {{0, n}}); },
                             "permute: pair (0, " + std::to_string(n) + ") is out of range for " + std::to_string(n) +
                                 " ranks");
@@ -515,6 +520,17 @@ TEST(Collectives, CountsBeyondIntAreAClearError) {
     EXPECT_EQ(extent, size) << bytes;  // consecutive messages (a gather's blocks) lie back to back
   }
   EXPECT_THROW(detail::contiguous_message(std::int64_t(1) << 52, "x"), MpiError);
+  // The limit itself: 2^31 - 1 units of 1 MiB is one count, with or without bytes after the last
+  // unit; one unit more is refused.
+  for (const std::int64_t rest : {std::int64_t(0), std::int64_t(5)}) {
+    const std::int64_t bytes = (std::int64_t(INT_MAX) << 20) + rest;
+    const auto m = detail::contiguous_message(bytes, "all_gather");
+    MPI_Count size = 0;
+    ASSERT_EQ(MPI_Type_size_x(m.type.get(), &size), MPI_SUCCESS);
+    EXPECT_EQ(m.count, rest == 0 ? INT_MAX : 1) << bytes;
+    EXPECT_EQ(size * m.count, bytes) << bytes;
+  }
+  EXPECT_THROW(detail::contiguous_message((std::int64_t(INT_MAX) + 1) << 20, "x"), MpiError);
 }
 
 TEST(CommScope, CountsOnlyItsLifetimeAndSurvivesAReset) {

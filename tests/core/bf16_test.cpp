@@ -80,6 +80,27 @@ TEST(Bf16, BulkConversionsMatchScalar) {
   EXPECT_EQ(out[in.size() - 1].bits, 0x7f80u);
 }
 
+// The bulk conversion on the patterns of ScalarRoundingMatchesEigen: every sign/exponent/upper
+// mantissa with the low 16 bits at, around and past the tie. Random bits alone reach an exact tie
+// with an odd last bit about once in 2^17 values (the 100003 above may hold none), so a bulk
+// rounding of ties away from even passed them.
+TEST(Bf16, BulkConversionRoundsTiesToEven) {
+  const std::uint32_t lows[] = {0x0000, 0x0001, 0x7fff, 0x8000, 0x8001, 0xc000, 0xffff};
+  std::vector<float> in;
+  for (std::uint32_t high = 0; high < 0x10000; ++high) {
+    for (std::uint32_t low : lows) in.push_back(f32_from_bits(high << 16 | low));
+  }
+  std::vector<bfloat16> out(in.size());
+  convert_f32_to_bf16(in.data(), out.data(), in.size());
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    std::uint32_t u;
+    std::memcpy(&u, &in[i], 4);
+    ASSERT_EQ(out[i].bits, eigen_bits(in[i])) << std::hex << u;
+  }
+  EXPECT_EQ(out[0x3f80 * 7 + 3].bits, 0x3f80u);  // 1 + 2^-8, a tie: down to the even 1
+  EXPECT_EQ(out[0x3f81 * 7 + 3].bits, 0x3f82u);  // a tie above the odd 1 + 2^-7: up to even
+}
+
 // A double is rounded once: 1 + 2^-8 + 2^-30 lies above the tie between 1 and 1 + 2^-7, so it
 // rounds up; rounding to f32 first would land on the tie and round to even (1).
 TEST(Bf16, DoubleRoundsOnce) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <string>
 
 #include "core/error.h"
 
@@ -69,6 +70,19 @@ TEST(Spec, MalformedTextPointsAtToken) {
             "          ^");
   EXPECT_EQ(spec_error("P((data, 3))"),
             "spec 'P((data, 3))': expected a mesh axis name, found '3' at column 10\n  P((data, 3))\n           ^");
+}
+
+// "partial=" names at least one axis: None and () name none (a spec that is partial over nothing
+// would read as the replicated one).
+TEST(Spec, PartialOverNoAxisIsAnError) {
+  EXPECT_EQ(spec_error("P(x; partial=None)"),
+            "spec 'P(x; partial=None)': expected at least one partial axis, found 'N' at column 14\n"
+            "  P(x; partial=None)\n"
+            "               ^");
+  EXPECT_EQ(spec_error("P(x; partial=())"),
+            "spec 'P(x; partial=())': expected at least one partial axis, found '(' at column 14\n"
+            "  P(x; partial=())\n"
+            "               ^");
 }
 
 TEST(Spec, EqualityPadsAndIgnoresPartialOrder) {
@@ -217,6 +231,16 @@ TEST(ShapeString, MalformedPointsAtToken) {
             "shape string 'batch/8': expected a mesh axis name after '/', found '8' at column 7\n  batch/8\n        ^");
 }
 
+// A size is at most 18 digits, so that it fits int64 (std::stoll throws std::out_of_range, not
+// a tessera error, past it).
+TEST(ShapeString, SizeOfMoreThan18DigitsIsAnError) {
+  EXPECT_EQ(*parse_shape_string("batch 999999999999999999").dims[1].size, 999999999999999999);
+  EXPECT_EQ(shape_string_error("batch 9999999999999999999"),
+            "shape string 'batch 9999999999999999999': expected a dimension name or size, found '9' at column 7\n"
+            "  batch 9999999999999999999\n"
+            "        ^");
+}
+
 TEST(MeshShape, ParseAndCoordinates) {
   MeshShape m = MeshShape::parse("data=2,model=4");
   EXPECT_EQ(m, kMesh);
@@ -239,6 +263,15 @@ TEST(MeshShape, ParseAndCoordinates) {
     FAIL();
   } catch (const MeshError& e) {
     EXPECT_STREQ(e.what(), "mesh 'data=2,data=4': axis name 'data' appears twice");
+  }
+  // An empty item (a trailing, doubled or leading comma) is not skipped.
+  for (const char* text : {"data=2,", "data=2,,model=4", ",data=2"}) {
+    try {
+      MeshShape::parse(text);
+      FAIL() << text;
+    } catch (const MeshError& e) {
+      EXPECT_EQ(std::string(e.what()), std::string("mesh '") + text + "': expected name=size, got ''");
+    }
   }
   // Found by the mesh_shape_parse fuzz target: size() overflowed int.
   try {

@@ -78,6 +78,28 @@ TEST(CheckpointAtomicity, KilledSaveLeavesThePreviousCheckpointAndIsCleanedByThe
   fs::remove_all(dir);
 }
 
+// The free-space check refuses a checkpoint larger than the free space, not only one twice as
+// large: asked for a quarter more than is free it refuses, naming the step and the sizes; asked
+// for a quarter of it, it passes. (The margins leave room for what other processes write
+// meanwhile; a file system that reports no space is not judged.)
+TEST(CheckpointDirectory, FreeSpaceCheckRefusesMoreThanIsFree) {
+  const std::string d = std::string(TESSERA_IO_TEST_TMP) + "/free_space";
+  fs::create_directories(d);
+  const std::optional<std::uint64_t> free = checkpoint_dir::free_bytes(d);
+  if (!free || *free < 1024) GTEST_SKIP() << "the file system reports no free space";
+  EXPECT_NO_THROW(checkpoint_dir::check_free_space(d, *free / 4, 7));
+  try {
+    checkpoint_dir::check_free_space(d, *free + *free / 4, 7);
+    ADD_FAILURE() << "no IoError";
+  } catch (const IoError& e) {
+    EXPECT_TRUE(std::string(e.what()).starts_with("checkpoint directory '" + d +
+                                                  "': not enough free space for the checkpoint of step 7: it needs " +
+                                                  std::to_string(*free + *free / 4) + " bytes, "))
+        << e.what();
+  }
+  fs::remove_all(d);
+}
+
 // Another run's higher steps in the directory must not make a save delete the file it just
 // wrote (which `latest` names): it counts as one of `keep`, the rest are the highest steps.
 // File names and steps: every int64 step has its name and back; a name of more digits than a step
@@ -93,6 +115,23 @@ TEST(CheckpointNames, StepsAndFileNamesRoundTrip) {
                            "ckpt_0000000a.h5", "ckpt_00000010.h5.tmp", "ckpt_-0000010.h5"}) {
     EXPECT_EQ(checkpoint_dir::parse_file_name(name), std::nullopt) << name;
   }
+}
+
+// Only regular files are complete checkpoints: a directory under a later step's name is neither
+// listed nor taken for the latest (a restore of the directory would have read it as the newest
+// checkpoint and failed on it, or a save's pruning counted it), nor is a temporary file.
+TEST(CheckpointNames, ListAndLatestTakeRegularFilesOnly) {
+  const std::string d = std::string(TESSERA_IO_TEST_TMP) + "/regular_only";
+  fs::remove_all(d);
+  fs::create_directories(d + "/" + checkpoint_dir::file_name(9));
+  std::ofstream(d + "/" + checkpoint_dir::file_name(5)) << "x";
+  std::ofstream(d + "/" + checkpoint_dir::file_name(7) + ".tmp") << "x";
+  const auto complete = checkpoint_dir::list_complete(d);
+  ASSERT_EQ(complete.size(), 1u);
+  EXPECT_EQ(complete[0].first, 5);
+  EXPECT_EQ(latest_checkpoint(d), d + "/" + checkpoint_dir::file_name(5));
+  EXPECT_EQ(resolve_checkpoint(d, "test"), d + "/" + checkpoint_dir::file_name(5));
+  fs::remove_all(d);
 }
 
 // The file just written stays, and so does every file named for a later step: none of the run's
@@ -117,6 +156,24 @@ TEST(CheckpointPrune, NeverRemovesTheFileJustWrittenNorLaterOnes) {
   // Without a file just written, the newest `keep` stay.
   checkpoint_dir::prune(d, 1, "");
   EXPECT_EQ(left(), (std::vector<std::int64_t>{30}));
+}
+
+// `keep` <= 0 keeps every checkpoint (SaveOptions::keep): only the leftovers of interrupted saves
+// are removed.
+TEST(CheckpointPrune, KeepZeroOrLessKeepsEveryCheckpoint) {
+  const std::string d = std::string(TESSERA_IO_TEST_TMP) + "/prune_keep_all";
+  fs::remove_all(d);
+  fs::create_directories(d);
+  for (const int keep : {0, -1}) {
+    for (int step : {1, 2, 3}) std::ofstream(d + "/" + checkpoint_dir::file_name(step)) << "x";
+    std::ofstream(d + "/" + checkpoint_dir::file_name(4) + ".tmp") << "x";
+    const std::vector<std::string> removed = checkpoint_dir::prune(d, keep, d + "/" + checkpoint_dir::file_name(3));
+    EXPECT_EQ(removed, (std::vector<std::string>{d + "/" + checkpoint_dir::file_name(4) + ".tmp"})) << "keep " << keep;
+    std::vector<std::int64_t> steps;
+    for (const auto& [step, path] : checkpoint_dir::list_complete(d)) steps.push_back(step);
+    EXPECT_EQ(steps, (std::vector<std::int64_t>{1, 2, 3})) << "keep " << keep;
+  }
+  fs::remove_all(d);
 }
 
 // --overwrite's helper removes checkpoints, leftovers and `latest`, and nothing else.

@@ -167,6 +167,24 @@ TEST(CheckpointBadFiles, MeshAxisSizeZero) {
             "file '" + file + "': attribute 'mesh_axis_sizes' gives axis 'data' size 0; a mesh axis size is 1..2147483647");
 }
 
+// The other bounds of the mesh's attributes: an axis without a name, and an axis size past what a
+// mesh (an MPI communicator of int ranks) can hold.
+TEST(CheckpointBadFiles, MeshAxisWithoutANameOrTooLarge) {
+  TempDir dir("mesh_axis_bounds");
+  std::string file = saved_then_edited(dir, [](hid_t root) {
+    H5Adelete(root, format::attr_mesh_names);
+    format::write_string_array_attribute(root, format::attr_mesh_names, {""}, "test");
+  });
+  EXPECT_EQ(info_error(file), "file '" + file + "': attribute 'mesh_axis_names' has an empty name at index 0");
+  file = saved_then_edited(dir, [](hid_t root) {
+    H5Adelete(root, format::attr_mesh_sizes);
+    format::write_int64_array_attribute(root, format::attr_mesh_sizes, {std::int64_t{1} << 31}, "test");
+  });
+  EXPECT_EQ(info_error(file), "file '" + file +
+                                  "': attribute 'mesh_axis_sizes' gives axis 'data' size 2147483648; a mesh axis size "
+                                  "is 1..2147483647");
+}
+
 TEST(CheckpointBadFiles, MeshAxisSizesOfAnotherType) {
   TempDir dir("mesh_sizes_type");
   const std::string file = saved_then_edited(dir, [](hid_t root) {
@@ -185,11 +203,39 @@ TEST(CheckpointBadFiles, NegativeStep) {
             from_rank(0) + "restore_checkpoint: file '" + file + "': attribute 'step' is -3; a step is >= 0");
 }
 
+// A root attribute that is not there is named as missing (not as HDF5's failed open of it), by
+// the restore and by read_checkpoint_info alike.
+TEST(CheckpointBadFiles, MissingRootAttribute) {
+  TempDir dir("missing_seed");
+  const std::string file =
+      saved_then_edited(dir, [](hid_t root) { check_h5(H5Adelete(root, format::attr_seed), "H5Adelete", "test"); });
+  EXPECT_EQ(info_error(file), "file '" + file + "': attribute 'seed' is missing");
+  EXPECT_EQ(restore_error(file, target_state()),
+            from_rank(0) + "restore_checkpoint: file '" + file + "': attribute 'seed' is missing");
+}
+
 TEST(CheckpointBadFiles, StepThatIsAString) {
   TempDir dir("string_step");
   const std::string file = saved_then_edited(dir, [](hid_t root) {
     H5Adelete(root, format::attr_step);
     format::write_string_attribute(root, format::attr_step, "7", "test");
+  });
+  EXPECT_EQ(info_error(file), "file '" + file + "': attribute 'step' is not a 64-bit integer");
+  EXPECT_EQ(restore_error(file, target_state()),
+            from_rank(0) + "restore_checkpoint: file '" + file + "': attribute 'step' is not a 64-bit integer");
+}
+
+// A step of another integer width (32 bits, as a writer of int32 stores it) is refused like one
+// stored as a string: the format's step is a 64-bit integer.
+TEST(CheckpointBadFiles, StepOf32Bits) {
+  TempDir dir("step_32_bits");
+  const std::string file = saved_then_edited(dir, [](hid_t root) {
+    check_h5(H5Adelete(root, format::attr_step), "H5Adelete", "test");
+    H5Handle space = dataspace_handle(H5Screate(H5S_SCALAR), "H5Screate", "test");
+    H5Handle attribute = attribute_handle(
+        H5Acreate2(root, format::attr_step, H5T_STD_I32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT), "H5Acreate2", "test");
+    const std::int32_t step = static_cast<std::int32_t>(io_testing::reference_step);
+    check_h5(H5Awrite(attribute.get(), H5T_NATIVE_INT32, &step), "H5Awrite", "test");
   });
   EXPECT_EQ(info_error(file), "file '" + file + "': attribute 'step' is not a 64-bit integer");
   EXPECT_EQ(restore_error(file, target_state()),
@@ -459,6 +505,48 @@ TEST(CheckpointBadFiles, EdgeChunkNeverWrittenIsCaughtByTheDigest) {
   expect_verify_finds_hole(file, path, last_column);
 }
 
+// A checkpoint that fails its integrity checks (a chunk whose bytes do not match its checksum, a
+// chunk never written) ends as an IntegrityError on every rank, exit code 3 in the programs; a file
+// that is sound but not what the restore wants stays a plain IoError, exit code 2. The class is
+// found again from the agreed message's phrase (io/io_errors.h), so each phrase is checked here.
+TEST(CheckpointBadFiles, IntegrityFailuresAreIntegrityErrorsOnEveryRank) {
+  const auto error_class = [](auto&& restore) -> std::string {
+    try {
+      restore();
+    } catch (const IntegrityError&) {
+      return "IntegrityError";
+    } catch (const IoError&) {
+      return "IoError";
+    }
+    return "no error";
+  };
+  const hsize_t last_column = 16 - 16 / world_size();
+  const std::uint64_t chunk_bytes = 8 * (16 / world_size()) * 4;
+  {
+    TempDir dir("integrity_flipped");
+    saved_then_damaged(dir, [&](const std::string& f) { flip_byte(f, w1_chunk_address(f, last_column) + 5); });
+    const std::string got = error_class([&] { restore_checkpoint(dir.path(), target_state()); });
+    EXPECT_EQ(got, "IntegrityError") << "a chunk that fails its Fletcher32 checksum";
+    EXPECT_TRUE(io_testing::same_on_every_rank(got)) << got;
+  }
+  {
+    TempDir dir("integrity_hole");
+    saved_then_damaged(
+        dir, [&](const std::string& f) { zero_bytes(f, w1_chunk_address(f, last_column), chunk_bytes + 4); });
+    const std::string got = error_class([&] { restore_checkpoint(dir.path(), target_state()); });
+    EXPECT_EQ(got, "IntegrityError") << "a chunk that was never written (caught by the digest)";
+    EXPECT_TRUE(io_testing::same_on_every_rank(got)) << got;
+  }
+  {
+    TempDir dir("integrity_sound");
+    save_checkpoint(saved_state(), dir.path());
+    const std::string got =
+        error_class([&] { restore_checkpoint(dir.path(), target_with("params/MLP_0/Extra_0/W", {8, 8})); });
+    EXPECT_EQ(got, "IoError") << "a dataset the file does not hold";
+    EXPECT_TRUE(io_testing::same_on_every_rank(got)) << got;
+  }
+}
+
 // A version 2 file without a dataset's digest is refused, naming the attribute.
 TEST(CheckpointBadFiles, MissingChunkDigest) {
   TempDir dir("no_digest");
@@ -487,6 +575,33 @@ TEST(CheckpointBadFiles, ChunkDigestOfTheWrongLength) {
                          std::to_string(world_size()) + " chunks"),
             std::string::npos)
       << message;
+}
+
+// A digest value outside 0 .. 2^32 - 1 is refused before it is used: cut to its low 32 bits, the
+// right checksum plus 2^32 would pass as the right checksum.
+TEST(CheckpointBadFiles, ChunkDigestValueOutsideTheChecksumRange) {
+  TempDir dir("digest_range");
+  const std::string file = saved_then_edited(dir, [](hid_t root) {
+    H5Handle dataset = dataset_handle(H5Dopen2(root, ("/" + w1).c_str(), H5P_DEFAULT), "H5Dopen2", "test");
+    std::vector<std::int64_t> digest =
+        format::read_int64_array_attribute(dataset.get(), format::attr_chunk_digest, "test");
+    digest[0] += std::int64_t{1} << 32;
+    check_h5(H5Adelete(dataset.get(), format::attr_chunk_digest), "H5Adelete", "test");
+    format::write_int64_array_attribute(dataset.get(), format::attr_chunk_digest, digest, "test");
+  });
+  const std::string message = restore_error(dir.path(), target_state());
+  const std::string expected =
+      "restore_checkpoint: file '" + file + "', dataset '/" + w1 + "': attribute 'chunk_fletcher32' value 0 is ";
+  EXPECT_TRUE(message.starts_with(from_rank(0) + expected)) << message;
+  EXPECT_TRUE(message.ends_with(", not a 32-bit checksum")) << message;
+  if (world_rank() == 0) {
+    std::string report;
+    EXPECT_FALSE(verify_checkpoint(file, &report));
+    EXPECT_NE(report.find("FAILED /" + w1 + ": file '" + file + "', dataset '/" + w1 +
+                          "': attribute 'chunk_fletcher32' value 0 is "),
+              std::string::npos)
+        << report;
+  }
 }
 
 TEST(CheckpointBadFiles, TruncatedFile) {
@@ -549,6 +664,23 @@ TEST(CheckpointBadFiles, DtypeAttributeThatNamesTheWantedTypeOverOtherData) {
                 "': the data are 64-bit floats, though its dtype attribute says f32; f32 wanted");
 }
 
+// bf16 is stored as its uint16 bits, and only the dtype attribute tells them from integers: a
+// uint16 dataset without it, or whose attribute names another dtype, is refused for a bf16 target.
+TEST(CheckpointBadFiles, Uint16DataWithoutTheBf16DtypeAttribute) {
+  const std::string bf16 = "params/MLP_0/Embed_bf16";
+  for (const bool removed : {true, false}) {
+    TempDir dir(removed ? "bf16_without_dtype" : "bf16_dtype_u16");
+    const std::string file = saved_then_edited(dir, [&](hid_t root) {
+      H5Handle dataset = dataset_handle(H5Dopen2(root, ("/" + bf16).c_str(), H5P_DEFAULT), "H5Dopen2", "test");
+      check_h5(H5Adelete(dataset.get(), format::attr_dtype), "H5Adelete", "test");
+      if (!removed) format::write_string_attribute(dataset.get(), format::attr_dtype, "u16", "test");
+    });
+    EXPECT_EQ(restore_error(dir.path(), target_state()),
+              from_rank(0) + "restore_checkpoint: file '" + file + "', dataset '/" + bf16 + "': dtype is " +
+                  (removed ? "u16 (no dtype attribute)" : "u16") + " in the file, bf16 wanted");
+  }
+}
+
 // Replaces W1 [8, 16] by a dataset of one chunk whose creation properties `filters` completes
 // (each filter in pipeline order); returns it open, its chunk not written.
 template <class Filters>
@@ -582,6 +714,26 @@ TEST(CheckpointBadFiles, DeflatedChunkThatInflatesPastItsChunk) {
     uLongf size = compressBound(zeros.size());
     std::vector<unsigned char> stream(size);
     ASSERT_EQ(compress2(stream.data(), &size, zeros.data(), zeros.size(), 9), Z_OK);
+    const hsize_t origin[2] = {0, 0};
+    check_h5(H5Dwrite_chunk(dataset.get(), H5P_DEFAULT, 0, origin, size, stream.data()), "H5Dwrite_chunk", "test");
+  });
+  expect_restore_and_verify_refuse(dir, file,
+                                   "file '" + file + "', dataset '/" + w1 +
+                                       "': chunk at (0, 0) inflates past 512 bytes, the most a chunk of this dataset "
+                                       "holds (the file is corrupt)");
+}
+
+// The bound is the chunk's own size, not more: a stream that inflates to one byte past the chunk
+// (513 bytes for a chunk of 512) is refused as well.
+TEST(CheckpointBadFiles, DeflatedChunkOneBytePastItsChunk) {
+  TempDir dir("deflate_one_byte_over");
+  const std::string file = saved_then_edited(dir, [](hid_t root) {
+    H5Handle dataset = replace_w1_with_one_chunk(
+        root, [](hid_t create) { check_h5(H5Pset_deflate(create, 9), "H5Pset_deflate", "test"); });
+    const std::vector<unsigned char> bytes(8 * 16 * sizeof(float) + 1, 7);
+    uLongf size = compressBound(bytes.size());
+    std::vector<unsigned char> stream(size);
+    ASSERT_EQ(compress2(stream.data(), &size, bytes.data(), bytes.size(), 9), Z_OK);
     const hsize_t origin[2] = {0, 0};
     check_h5(H5Dwrite_chunk(dataset.get(), H5P_DEFAULT, 0, origin, size, stream.data()), "H5Dwrite_chunk", "test");
   });
@@ -631,6 +783,25 @@ TEST(CheckpointBadFiles, ChunkStoredWithoutItsChecksum) {
   EXPECT_EQ(restore_error(dir.path(), target_state()), from_rank(0) + "restore_checkpoint: " + message);
 }
 
+// The same for a chunk written with the filter applied (mask 0) but of another length than its
+// data and checksum: refused by read_checkpoint_info (and so by ckpt_tool) as by the restore.
+TEST(CheckpointBadFiles, ChunkStoredWithTheWrongLength) {
+  TempDir dir("chunk_wrong_length");
+  const std::string file = saved_then_edited(dir, [](hid_t root) {
+    H5Handle dataset = replace_w1_with_one_chunk(
+        root, [](hid_t create) { check_h5(H5Pset_fletcher32(create), "H5Pset_fletcher32", "test"); });
+    const std::vector<unsigned char> bytes(100, 1);
+    const hsize_t origin[2] = {0, 0};
+    check_h5(H5Dwrite_chunk(dataset.get(), H5P_DEFAULT, 0, origin, bytes.size(), bytes.data()), "H5Dwrite_chunk",
+             "test");
+  });
+  const std::string message = "file '" + file + "', dataset '/" + w1 +
+                              "': chunk at [0, 0] is stored with 100 bytes and filter mask 0; expected 516 bytes "
+                              "(data and Fletcher32 checksum) and mask 0";
+  EXPECT_EQ(info_error(file), message);
+  EXPECT_EQ(restore_error(dir.path(), target_state()), from_rank(0) + "restore_checkpoint: " + message);
+}
+
 // A virtual dataset (its elements mapped from another dataset, here of the same file): a
 // checkpoint's datasets hold their data themselves.
 TEST(CheckpointBadFiles, VirtualDataset) {
@@ -662,6 +833,20 @@ TEST(CheckpointBadFiles, UnknownFormatVersion) {
   EXPECT_EQ(restore_error(dir.path(), target_state()),
             from_rank(0) + "restore_checkpoint: file '" + file +
                 "': unknown format version 3 (this build reads versions 1 to 2)");
+}
+
+// A version below the oldest this build reads (0, or negative) is refused too: taken for a
+// version 1 file, its chunks would go unchecked against the digest.
+TEST(CheckpointBadFiles, FormatVersionBelowTheOldest) {
+  for (const std::int64_t version : {std::int64_t{0}, std::int64_t{-2}}) {
+    TempDir dir("old_version_" + std::to_string(-version));
+    const std::string file = saved_then_edited(
+        dir, [&](hid_t root) { format::write_int64_attribute(root, format::attr_version, version, "test"); });
+    const std::string expected = "file '" + file + "': unknown format version " + std::to_string(version) +
+                                 " (this build reads versions 1 to 2)";
+    EXPECT_EQ(restore_error(dir.path(), target_state()), from_rank(0) + "restore_checkpoint: " + expected);
+    EXPECT_EQ(info_error(file), expected);
+  }
 }
 
 TEST(CheckpointBadFiles, HdfFileThatIsNotACheckpoint) {

@@ -4,6 +4,8 @@
 // 8 ranks. Also: the `latest` pointer and keep-K pruning, info/verify, h5dump's view of the file,
 // one chunk per block, partial targets, and partial sources refused.
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/file.h>
 
 #include <algorithm>
 #include <chrono>
@@ -434,6 +436,44 @@ TEST(CheckpointRoundTrip, PartialSourceIsRefusedOnEveryRank) {
   EXPECT_FALSE(latest_checkpoint(dir.path()).has_value());
 }
 
+// States a checkpoint cannot hold are refused before anything is written, with the same IoError
+// on every rank: a negative step (its file name would not parse back), an array path given twice,
+// a path with a '..' part, a path that is also another array's group, and logical names that do
+// not name every dimension.
+TEST(CheckpointRoundTrip, StatesACheckpointCannotHoldAreRefusedOnEveryRank) {
+  Mesh mesh = Mesh::world(meshes_of_size(world_size()).back());
+  TempDir dir("refused_states");
+  const auto array = [&](const std::string& path, std::vector<std::string> names = {}) {
+    return CheckpointArray{path, ShardedTensor::zeros(mesh, Spec(), {4, 4}), std::move(names)};
+  };
+  const auto refusal = [&](const CheckpointState& state) {
+    const std::string message = io_testing::io_error_of([&] { save_checkpoint(state, dir.path()); });
+    EXPECT_TRUE(io_testing::same_on_every_rank(message)) << message;
+    EXPECT_FALSE(latest_checkpoint(dir.path()).has_value()) << message;
+    EXPECT_TRUE(checkpoint_dir::leftover_temporaries(dir.path()).empty()) << message;
+    return message;
+  };
+  CheckpointState negative;
+  negative.step = -1;
+  negative.arrays.push_back(array("params/W"));
+  EXPECT_EQ(refusal(negative), "save_checkpoint: step -1 is negative");
+  CheckpointState twice;
+  twice.arrays.push_back(array("params/W"));
+  twice.arrays.push_back(array("params/W"));
+  EXPECT_EQ(refusal(twice), "save_checkpoint: array path 'params/W' repeats");
+  CheckpointState dots;
+  dots.arrays.push_back(array("params/../W"));
+  EXPECT_EQ(refusal(dots), "checkpoint: array path 'params/../W' must be slash-separated names without a leading "
+                           "slash, empty, '.' or '..' parts");
+  CheckpointState group;
+  group.arrays.push_back(array("params/W"));
+  group.arrays.push_back(array("params/W/b"));
+  EXPECT_EQ(refusal(group), "save_checkpoint: array path 'params/W' is also a group of 'params/W/b'");
+  CheckpointState names;
+  names.arrays.push_back(array("params/W", {"embed"}));
+  EXPECT_EQ(refusal(names), "save_checkpoint: array 'params/W' has 1 logical names for 2 dimensions");
+}
+
 // Every rank must pass the same directory and state. A step or a directory that differed from
 // rank to rank named two files and ended in an MPI-IO error; arrays that differed went on into
 // collectives of different sizes. Now the first rank whose arguments differ from rank 0's names
@@ -495,6 +535,88 @@ TEST(CheckpointRoundTrip, StatesThatDifferFromRankToRankAreRefusedOnEveryRank) {
                            restore_suffix);
     EXPECT_TRUE(io_testing::same_on_every_rank(message));
   }
+}
+
+// A save into a directory whose lock another job holds (flock(2) on <dir>/.lock; here a descriptor
+// of rank 0's own stands in for that job) is refused on every rank, naming the holder, and writes
+// nothing there; once the lock is released the save goes through.
+TEST(CheckpointDirectory, SaveIntoADirectoryLockedByAnotherJobIsRefused) {
+  Mesh mesh = Mesh::world(meshes_of_size(world_size()).front());
+  const CheckpointState state = varied_state(mesh, model_arrays(), 0, true);
+  TempDir dir("locked");
+  int other_job = -1;
+  if (world_rank() == 0) {
+    other_job = ::open((dir / ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    const std::string holder = "host otherhost pid 4242\n";
+    EXPECT_EQ(::write(other_job, holder.data(), holder.size()), static_cast<ssize_t>(holder.size()));
+    EXPECT_EQ(::flock(other_job, LOCK_EX | LOCK_NB), 0);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  const std::string message = io_testing::io_error_of([&] { save_checkpoint(state, dir.path()); });
+  EXPECT_EQ(message, std::string(world_size() > 1 ? "rank 0: " : "") + "checkpoint directory '" + dir.path() +
+                         "' is in use by another job (lock '" + (dir / ".lock") + "' held by host otherhost pid 4242)");
+  EXPECT_TRUE(io_testing::same_on_every_rank(message));
+  EXPECT_FALSE(latest_checkpoint(dir.path()).has_value());
+  EXPECT_TRUE(checkpoint_dir::leftover_temporaries(dir.path()).empty());
+  if (world_rank() == 0) ::close(other_job);
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT_EQ(save_checkpoint(state, dir.path()), dir / checkpoint_dir::file_name(state.step));
+  wait_for_pruning();
+}
+
+// Logical names are among the facts every rank passes alike: ranks that named an array's
+// dimensions differently are refused on every rank, naming the difference, and nothing is written
+// (rank 0 alone writes the skeleton, so the others' names would be lost without a word).
+TEST(CheckpointRoundTrip, LogicalNamesThatDifferFromRankToRankAreRefused) {
+  if (world_size() < 2) GTEST_SKIP() << "needs two ranks";
+  Mesh mesh = Mesh::world(meshes_of_size(world_size()).back());
+  const int last = world_size() - 1;
+  const bool odd_one = world_rank() == last;
+  TempDir dir("names_differ");
+  CheckpointState state;
+  state.arrays.push_back({"params/W", ShardedTensor::zeros(mesh, Spec(), {8, 8}),
+                          odd_one ? std::vector<std::string>{"embed", "mlp"} : std::vector<std::string>{"embed", "hidden"}});
+  const std::string message = io_testing::io_error_of([&] { save_checkpoint(state, dir.path()); });
+  const std::string array = "array 'params/W' f32[8, 8] P(None, None) on " + mesh.shape().to_string();
+  EXPECT_EQ(message, "rank " + std::to_string(last) + ": save_checkpoint: this rank's arguments differ from rank 0's: " +
+                         array + " named (embed, mlp) here, " + array +
+                         " named (embed, hidden) on rank 0; every rank passes the same directory, step, seed, "
+                         "configuration and arrays");
+  EXPECT_TRUE(io_testing::same_on_every_rank(message));
+  EXPECT_FALSE(latest_checkpoint(dir.path()).has_value());
+}
+
+// A big-endian dataset stored with Fletcher32 alone (h5py's fletcher32=True on '>f4') is chunked as
+// tessera chunks but its bytes are not tessera's little-endian ones: it is read through HDF5, which
+// converts them, never by the direct path, and restores by value.
+TEST(CheckpointRoundTrip, BigEndianDatasetWithFletcher32RestoresByValue) {
+  Mesh mesh = Mesh::world(meshes_of_size(world_size()).back());
+  TempDir dir("big_endian_fletcher32");
+  const ArrayDef def{"params/W", {8, 16}, DType::f32, {}};
+  const Tensor reference = io_testing::reference_value(def);
+  CheckpointState state;
+  state.arrays.push_back({def.path, ShardedTensor::from_global(mesh, Spec::replicated(2), reference, def.path), {}});
+  const std::string file = save_checkpoint(state, dir.path());
+  if (world_rank() == 0) {
+    H5Handle handle = file_handle(H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), "H5Fopen", file);
+    check_h5(H5Ldelete(handle.get(), "/params/W", H5P_DEFAULT), "H5Ldelete", file);
+    H5Handle create = plist_handle(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate", file);
+    const hsize_t dims[2] = {8, 16}, chunk[2] = {4, 16};
+    check_h5(H5Pset_chunk(create.get(), 2, chunk), "H5Pset_chunk", file);
+    check_h5(H5Pset_fletcher32(create.get()), "H5Pset_fletcher32", file);
+    H5Handle space = dataspace_handle(H5Screate_simple(2, dims, nullptr), "H5Screate_simple", file);
+    H5Handle dataset = dataset_handle(H5Dcreate2(handle.get(), "/params/W", H5T_IEEE_F32BE, space.get(), H5P_DEFAULT,
+                                                 create.get(), H5P_DEFAULT),
+                                      "H5Dcreate2", file);
+    check_h5(H5Dwrite(dataset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, reference.raw()), "H5Dwrite", file);
+    checkpoint_format::write_string_attribute(dataset.get(), checkpoint_format::attr_dtype, "f32", file);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  CheckpointState target;
+  target.arrays.push_back({def.path, ShardedTensor::zeros(mesh, parse_spec("P(None, " + mesh.axis_names().back() + ")"),
+                                                          def.shape, DType::f32, def.path), {}});
+  const CheckpointState restored = restore_checkpoint(file, target);
+  EXPECT_TRUE(restored.arrays[0].value.to_global().bit_equal(reference)) << restored.arrays[0].value.describe();
 }
 
 // Keep-last-K with old checkpoints removed before the save returns and by rank 0's background

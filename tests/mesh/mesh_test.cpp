@@ -5,10 +5,14 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <exception>
 #include <string>
 #include <tuple>
+#include <typeinfo>
 #include <utility>
+#include <vector>
 
+#include "core/checked.h"
 #include "core/denormals.h"
 #include "core/env_settings.h"
 #include "core/error.h"
@@ -106,6 +110,39 @@ TEST(Agree, EveryRankThrowsTheFirstFailingRanksMessage) {
     EXPECT_EQ(std::string(e.what()), expected);
   }
   EXPECT_NO_THROW(agree_or_throw<IoError>(world, std::nullopt));
+}
+
+// rethrow_first_error keeps the type of the error the first failing rank caught, on every rank:
+// each of tessera's error types thrown on the last rank alone (rank 0 passes none) arrives as
+// that exact type, with its message, on every rank.
+TEST(Agree, EveryRankRethrowsTheFirstFailingRanksErrorType) {
+  Communicator world = Communicator::world();
+  const int n = world.size();
+  const int last = n - 1;
+  const std::string prefix = n > 1 ? "rank " + std::to_string(last) + ": " : "";
+  const std::vector<std::exception_ptr> errors = {
+      std::make_exception_ptr(Error("e")),          std::make_exception_ptr(SpecError("e")),
+      std::make_exception_ptr(ShapeError("e")),     std::make_exception_ptr(DTypeError("e")),
+      std::make_exception_ptr(RuleError("e")),      std::make_exception_ptr(MeshError("e")),
+      std::make_exception_ptr(MpiError("e")),       std::make_exception_ptr(IoError("e")),
+      std::make_exception_ptr(IntegrityError("e")), std::make_exception_ptr(UsageError("e")),
+      std::make_exception_ptr(OverflowError("e"))};
+  for (const std::exception_ptr& error : errors) {
+    std::string thrown_type;
+    try {
+      std::rethrow_exception(error);
+    } catch (const Error& e) {
+      thrown_type = typeid(e).name();
+    }
+    try {
+      rethrow_first_error(world, world.rank() == last ? error : nullptr);
+      ADD_FAILURE() << "no error for " << thrown_type;
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(typeid(e).name()), thrown_type);
+      EXPECT_EQ(std::string(e.what()), prefix + "e");
+    }
+  }
+  EXPECT_NO_THROW(rethrow_first_error(world, nullptr));
 }
 
 // The test's Environment (tests/mpi_main.cpp) flushes subnormals on this thread: TESSERA_DENORMALS

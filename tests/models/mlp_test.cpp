@@ -234,6 +234,33 @@ TEST(Layers, MicrobatchesGiveTheSameGradients) {
   }
 }
 
+// A mean loss with the default reduction (mean): each microbatch's loss is the mean over its
+// rows, and the step's loss and gradients are the mean of the k microbatches', those of the whole
+// batch at once. (The test above sums; a step that summed a mean loss's microbatches gave k times
+// the loss and gradients.)
+TEST(Layers, MicrobatchesOfAMeanLossAverageTheirLossesAndGradients) {
+  const std::int64_t batch = 16, features = 16, depth = 32;
+  for (const auto& shape : meshes_2d()) {
+    Mesh mesh = Mesh::world(shape);
+    if (batch / shape.axis_size("data") % 4 != 0) continue;
+    Model m{MLP{2, depth, false, false}};
+    ParamTree params = init_model(m, mesh, {batch, features});
+    Batch b{input(mesh, batch, features)};
+    const LossFn mean_loss = [m](const VarTree& vars, const Batch& mb) {
+      return mean(square(m.mlp.apply(ParamView(vars), ApplyContext{m.rules}, Var(mb.x))));
+    };
+    StepOptions options;
+    ASSERT_EQ(options.reduction, StepOptions::Reduction::mean);
+    auto one = value_and_grad(params, mean_loss, b, options);
+    for (int k : {2, 4}) {
+      options.microbatches = k;
+      auto split = value_and_grad(params, mean_loss, b, options);
+      EXPECT_NEAR(split.loss, one.loss, 1e-5 * std::abs(one.loss)) << shape.to_string() << " k=" << k;
+      expect_trees_near(split.grads, one.grads, 1e-5, shape.to_string() + " k=" + std::to_string(k));
+    }
+  }
+}
+
 TEST(Layers, MicrobatchesThatDoNotDivideAreAnError) {
   Mesh mesh = Mesh::world(MeshShape({"data", "model"}, {world_size(), 1}));
   Model m{MLP{1, 8, false, false}};

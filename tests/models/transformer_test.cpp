@@ -8,6 +8,12 @@
 #include "core/buffer_pool.h"
 #include "core/error.h"
 #include "models/transformer.h"
+#include "nn/activations.h"
+#include "nn/attention.h"
+#include "nn/einsum.h"
+#include "nn/embedding.h"
+#include "nn/losses.h"
+#include "nn/normalization.h"
 #include "nn/ops.h"
 #include "nn/train.h"
 #include "tests/nn/nn_test_util.h"
@@ -176,6 +182,41 @@ TEST(Transformer, FiveAdamStepsMatchOneRank) {
     for (int step = 0; step < 5; ++step) EXPECT_NEAR(losses[step], ref_losses[step], 1e-5 * ref_losses[step]) << label;
     expect_trees_near(got, variant ? stack_transformer_params(ref, 2, one) : ref, 1e-5, label);
   }
+}
+
+// The loss on one rank against the pre-norm block written out from the ops: rmsnorm, rotary on
+// q and k (not v), causal attention, the residual adds, each norm's own weight, gelu_tanh, the
+// final norm and the unembedding. Every other test compares the model with itself on another
+// mesh, where a miswired block (k without rotary, the attention's norm weight for the MLP's) is
+// the same on both sides. The norm weights are drawn apart (ones at init would hide a swap).
+TEST(Transformer, LossFollowsThePreNormBlock) {
+  Mesh one = self_mesh({"data", "seq", "model"});
+  const TransformerConfig c = tiny(false, false);
+  const Transformer model{c};
+  ParamTree params = params_on(model, one);
+  int seed = 40;
+  for (auto& [path, value] : params) {  // norm weights of their own (all ones at init)
+    if (path.find("norm") == std::string::npos) continue;
+    value = ShardedTensor::from_global(one, value.spec(),
+                                       testing_util::test_values(value.global_shape(), seed++, c.dtype, true), path);
+  }
+  auto [tokens, labels] = batch_of(one, 0);
+  const auto w = [&](const std::string& path) { return Var(params.at(path)); };
+  Var h = embed(w("embed"), tokens);
+  for (int i = 0; i < c.layers; ++i) {
+    const std::string l = "block_" + std::to_string(i) + "/";
+    const Var a = rmsnorm(h, w(l + "attn_norm"), c.norm_eps);
+    const Var q = rotary(einsum("bsd,dhk->bshk", a, w(l + "w_q")), c.rope_base);
+    const Var k = rotary(einsum("bsd,dhk->bshk", a, w(l + "w_k")), c.rope_base);
+    const Var v = einsum("bsd,dhk->bshk", a, w(l + "w_v"));
+    h = add(h, einsum("bshk,hkd->bsd", causal_attention(q, k, v), w(l + "w_o")));
+    const Var m = rmsnorm(h, w(l + "mlp_norm"), c.norm_eps);
+    h = add(h, einsum("bsf,fd->bsd", gelu_tanh(einsum("bsd,df->bsf", m, w(l + "w_up"))), w(l + "w_down")));
+  }
+  const Var logits = einsum("bsd,dv->bsv", rmsnorm(h, w("final_norm"), c.norm_eps), w("unembed"));
+  const double want = scalar_value(softmax_cross_entropy_with_integer_labels(logits, labels).value());
+  const double got = scalar_value(model.loss(ParamView(as_vars(params, false)), tokens, labels).value());
+  EXPECT_NEAR(got, want, 1e-12 * std::abs(want));
 }
 
 // The declaration table is where the shardings are written: its shape strings give the specs.

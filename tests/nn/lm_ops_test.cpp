@@ -170,6 +170,49 @@ TEST(LmOps, EveryOpInF32AgreesWithF64) {
   }
 }
 
+// layernorm against its formula, row by row: (x - mean) / sqrt(var + eps) * w + b with the
+// biased variance (the mean of the squared deviations, as flax's LayerNorm). The every-mesh and
+// finite-difference suites compare the op with itself, so only a formula pins its values.
+TEST(LmOps, LayernormFollowsItsFormula) {
+  Mesh mesh = testing_util::self_mesh();
+  const std::int64_t rows = 3, d = 5;
+  const double eps = 1e-5;
+  const Tensor x = test_values({rows, d}, 21), w = test_values({d}, 22, DType::f64, true), b = test_values({d}, 23);
+  const auto var = [&](const Tensor& t) { return Var(ShardedTensor::from_global(mesh, Spec(), t)); };
+  const Tensor y = layernorm(var(x), var(w), var(b), eps).value().to_global();
+  for (std::int64_t r = 0; r < rows; ++r) {
+    double mean = 0, var = 0;
+    for (std::int64_t j = 0; j < d; ++j) mean += x.at(r * d + j) / d;
+    for (std::int64_t j = 0; j < d; ++j) var += (x.at(r * d + j) - mean) * (x.at(r * d + j) - mean) / d;
+    for (std::int64_t j = 0; j < d; ++j) {
+      EXPECT_NEAR(y.at(r * d + j), (x.at(r * d + j) - mean) / std::sqrt(var + eps) * w.at(j) + b.at(j), 1e-12)
+          << "row " << r << " column " << j;
+    }
+  }
+}
+
+// The losses against their formulas: mse the mean of the squared differences, the one-hot
+// cross-entropy the mean over rows of -sum(labels * log_softmax(logits)).
+TEST(LmOps, LossesFollowTheirFormulas) {
+  Mesh mesh = testing_util::self_mesh();
+  const std::int64_t rows = 3, d = 4;
+  const Tensor a = test_values({rows, d}, 31), b = test_values({rows, d}, 32);
+  const Tensor labels = test_values({rows, d}, 33, DType::f64, true);
+  const auto var = [&](const Tensor& t) { return Var(ShardedTensor::from_global(mesh, Spec(), t)); };
+  double mse = 0, xent = 0;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    double lse = 0;
+    for (std::int64_t j = 0; j < d; ++j) lse += std::exp(a.at(r * d + j));
+    lse = std::log(lse);
+    for (std::int64_t j = 0; j < d; ++j) {
+      mse += (a.at(r * d + j) - b.at(r * d + j)) * (a.at(r * d + j) - b.at(r * d + j)) / (rows * d);
+      xent -= labels.at(r * d + j) * (a.at(r * d + j) - lse) / rows;
+    }
+  }
+  EXPECT_NEAR(scalar_value(mse_loss(var(a), var(b)).value()), mse, 1e-12);
+  EXPECT_NEAR(scalar_value(softmax_cross_entropy(var(a), var(labels)).value()), xent, 1e-12);
+}
+
 TEST(LmOps, ActivationsAreStableAtLargeInputsInF32) {
   Mesh mesh = testing_util::self_mesh();
   Tensor t(Shape{4}, DType::f32);
@@ -188,6 +231,29 @@ TEST(LmOps, ActivationsAreStableAtLargeInputsInF32) {
   Tensor sm = softmax(x).value().to_global();
   EXPECT_EQ(sm.at(1), 1.0);
   EXPECT_EQ(sm.at(0), 0.0);
+}
+
+// log_softmax shifts each row by its maximum: at inputs of +-1000 in f32 (exp overflows past 88)
+// it is finite and exact, as is its gradient. A shift by any other per-row constant is the same
+// function in exact arithmetic and the same numbers at small inputs.
+TEST(LmOps, LogSoftmaxIsStableAtLargeInputsInF32) {
+  Mesh mesh = testing_util::self_mesh();
+  Tensor t(Shape{4}, DType::f32);
+  float* v = t.data<float>();
+  v[0] = -1000.f;
+  v[1] = 1000.f;
+  v[2] = -30.f;
+  v[3] = 30.f;
+  Var x(ShardedTensor::from_global(mesh, Spec(), t), true);
+  Var y = log_softmax(x);
+  Tensor ls = y.value().to_global();
+  EXPECT_EQ(ls.at(0), -2000.0);
+  EXPECT_EQ(ls.at(1), 0.0);
+  EXPECT_EQ(ls.at(2), -1030.0);
+  EXPECT_EQ(ls.at(3), -970.0);
+  Tensor g = gradients(sum(y), {x})[0]->to_global();  // 1 - 4 softmax(x)
+  EXPECT_EQ(g.at(0), 1.0);
+  EXPECT_EQ(g.at(1), -3.0);
 }
 
 TEST(LmOps, NormalisationWeightOfTheWrongShapeIsAnError) {
@@ -469,6 +535,64 @@ std::vector<Var> qkv(const Mesh& mesh, const Spec& spec, std::int64_t heads) {
     out.emplace_back(ShardedTensor::from_global(mesh, spec, test_values({2, 4, heads, 4}, 11 + i)), true);
   }
   return out;
+}
+
+// Logits near 1000 split over the vocabulary: each slice shifts by the row's maximum over the
+// whole vocabulary (the max all-reduce), so the exponentials stay finite and the loss and
+// gradient are the one-rank reference's. A shift by another per-row constant (the slices' maxima
+// summed) gives the same numbers for small logits, and here exp(-1000): a loss of -inf.
+TEST(LmOps, VocabParallelCrossEntropyOfLargeLogitsMatchesOneRank) {
+  if (world_size() < 2) GTEST_SKIP() << "needs a model axis of 2";
+  VocabParallel s;
+  const Shape shape = {s.batch, s.seq, s.vocabulary};
+  const auto large = [](std::int64_t i) { return 1000.0 + 0.5 * static_cast<double>((i * 7) % 13); };
+  Var logits(ShardedTensor::from_fn(s.mesh, parse_spec("P(data, None, model)"), shape, DType::f32, large, "logits"),
+             true);
+  Mesh one = testing_util::self_mesh();
+  Var ref_logits(ShardedTensor::from_fn(one, Spec(), shape, DType::f32, large, "logits"), true);
+  const ShardedTensor ref_tokens = ShardedTensor::from_global(one, Spec(), s.tokens.to_global(), "tokens");
+  Var loss = softmax_cross_entropy_with_integer_labels(logits, s.tokens);
+  Var want = softmax_cross_entropy_with_integer_labels(ref_logits, ref_tokens);
+  const double got_value = scalar_value(loss.value()), want_value = scalar_value(want.value());
+  ASSERT_TRUE(std::isfinite(want_value));
+  EXPECT_TRUE(std::isfinite(got_value)) << got_value;
+  EXPECT_NEAR(got_value, want_value, 1e-5 * std::abs(want_value));
+  const auto got_grad = gradients(loss, {logits})[0]->to_global();
+  const auto want_grad = gradients(want, {ref_logits})[0]->to_global();
+  EXPECT_LT(max_relative_error(got_grad, want_grad), 1e-5);
+}
+
+// causal_attention against its formula on one rank: query i mixes the values of keys 0..i with
+// the softmax of q_i . k_j / sqrt(d_head). The kernel's tests take the scale as an argument; this
+// pins the one the op passes.
+TEST(LmOps, CausalAttentionFollowsItsFormula) {
+  Mesh mesh = testing_util::self_mesh({"seq", "model"});
+  const std::int64_t S = 4, H = 2, D = 4;
+  auto in = qkv(mesh, Spec(), H);
+  const Tensor q = in[0].value().to_global(), k = in[1].value().to_global(), v = in[2].value().to_global();
+  const Tensor y = causal_attention(in[0], in[1], in[2]).value().to_global();
+  const auto at = [&](std::int64_t b, std::int64_t s, std::int64_t h, std::int64_t e) {
+    return ((b * S + s) * H + h) * D + e;
+  };
+  for (std::int64_t b = 0; b < 2; ++b) {
+    for (std::int64_t h = 0; h < H; ++h) {
+      for (std::int64_t i = 0; i < S; ++i) {
+        std::vector<double> p(static_cast<std::size_t>(i + 1));
+        double total = 0;
+        for (std::int64_t j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (std::int64_t e = 0; e < D; ++e) dot += q.at(at(b, i, h, e)) * k.at(at(b, j, h, e));
+          p[j] = std::exp(dot / std::sqrt(static_cast<double>(D)));
+          total += p[j];
+        }
+        for (std::int64_t e = 0; e < D; ++e) {
+          double want = 0;
+          for (std::int64_t j = 0; j <= i; ++j) want += p[j] / total * v.at(at(b, j, h, e));
+          EXPECT_NEAR(y.at(at(b, i, h, e)), want, 1e-12) << "batch " << b << " head " << h << " query " << i;
+        }
+      }
+    }
+  }
 }
 
 TEST(LmOps, AttentionWithHeadsSplitMovesNothingAndSequenceSplitGathersKV) {
