@@ -208,5 +208,23 @@ TEST(BufferPool, HoldsNoMoreThanTheHighWaterMarkAllows) {
   EXPECT_EQ(live_tensor_bytes(), live_before);
 }
 
+// The cache gives back its largest buffers first: with a 1 MiB buffer cached beside 256 MiB ones,
+// an eviction takes 256 MiB buffers and keeps the small one (the cache's floor is 512 MiB).
+TEST(BufferPool, EvictsTheLargestBuffersFirst) {
+  pool_release_cached();
+  {
+    std::vector<Tensor> step;
+    for (int i = 0; i < 6; ++i) step.push_back(of_bytes(256 * kMiB));
+    step.push_back(of_bytes(kMiB));
+  }
+  ASSERT_EQ(pool_cached_bytes(), 6 * 256 * kMiB + kMiB);
+  {
+    Tensor big = of_bytes(1024 * kMiB);
+    ASSERT_LT(pool_cached_bytes(), 6 * 256 * kMiB + kMiB) << "no eviction";
+    EXPECT_EQ(pool_cached_bytes() % (256 * kMiB), kMiB) << "the 1 MiB buffer was given back before a 256 MiB one";
+  }
+  pool_release_cached();
+}
+
 }  // namespace
 }  // namespace tessera

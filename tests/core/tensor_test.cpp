@@ -53,6 +53,9 @@ TEST(Tensor, FromVectorChecksCount) {
   Tensor t = Tensor::from_vector<std::int32_t>({3}, {1, 2, 3});
   EXPECT_EQ(t.dtype(), DType::i32);
   EXPECT_EQ(t.at(2), 3.0);
+  // at() checks its index against both ends: one past the last element is refused, not read.
+  EXPECT_THROW((void)t.at(3), ShapeError);
+  EXPECT_THROW((void)t.at(-1), ShapeError);
 }
 
 TEST(Tensor, ExtractInsertRoundTrip3d) {
@@ -122,6 +125,9 @@ TEST(Tensor, ReshapeAndAstype) {
   Tensor r = t.reshaped({3, 2});
   EXPECT_EQ(r.shape(), (Shape{3, 2}));
   EXPECT_THROW(t.reshaped({4}), ShapeError);
+  // Bit equality covers the shape: the same bytes viewed as [3, 2] are not the [2, 3] tensor.
+  EXPECT_FALSE(r.bit_equal(t));
+  EXPECT_TRUE(r.reshaped({2, 3}).bit_equal(t));
   // Negative extents whose product matches were taken as a shape.
   try {
     (void)t.reshaped({-2, -3});

@@ -702,45 +702,33 @@ void expect_restore_and_verify_refuse(const TempDir& dir, const std::string& fil
   EXPECT_NE(report.find(expected), std::string::npos) << report;
 }
 
-// A deflated chunk whose stream inflates far past the chunk (16 MiB of zeros in 16 KiB of zlib
-// data, for a chunk of 512 bytes): refused before HDF5 inflates it (io/inflate_check.h), where a
-// 2.3 MB file of such chunks took 2 GB and 27 s. An integrity failure: exit code 3 in the apps.
-TEST(CheckpointBadFiles, DeflatedChunkThatInflatesPastItsChunk) {
-  TempDir dir("deflate_bomb");
-  const std::string file = saved_then_edited(dir, [](hid_t root) {
+// A checkpoint whose W1 is one deflated chunk holding `bytes` compressed; returns the file.
+std::string saved_with_deflated_w1(const TempDir& dir, const std::vector<unsigned char>& bytes) {
+  return saved_then_edited(dir, [&](hid_t root) {
     H5Handle dataset = replace_w1_with_one_chunk(
         root, [](hid_t create) { check_h5(H5Pset_deflate(create, 9), "H5Pset_deflate", "test"); });
-    const std::vector<unsigned char> zeros(16 << 20, 0);
-    uLongf size = compressBound(zeros.size());
-    std::vector<unsigned char> stream(size);
-    ASSERT_EQ(compress2(stream.data(), &size, zeros.data(), zeros.size(), 9), Z_OK);
-    const hsize_t origin[2] = {0, 0};
-    check_h5(H5Dwrite_chunk(dataset.get(), H5P_DEFAULT, 0, origin, size, stream.data()), "H5Dwrite_chunk", "test");
-  });
-  expect_restore_and_verify_refuse(dir, file,
-                                   "file '" + file + "', dataset '/" + w1 +
-                                       "': chunk at (0, 0) inflates past 512 bytes, the most a chunk of this dataset "
-                                       "holds (the file is corrupt)");
-}
-
-// The bound is the chunk's own size, not more: a stream that inflates to one byte past the chunk
-// (513 bytes for a chunk of 512) is refused as well.
-TEST(CheckpointBadFiles, DeflatedChunkOneBytePastItsChunk) {
-  TempDir dir("deflate_one_byte_over");
-  const std::string file = saved_then_edited(dir, [](hid_t root) {
-    H5Handle dataset = replace_w1_with_one_chunk(
-        root, [](hid_t create) { check_h5(H5Pset_deflate(create, 9), "H5Pset_deflate", "test"); });
-    const std::vector<unsigned char> bytes(8 * 16 * sizeof(float) + 1, 7);
     uLongf size = compressBound(bytes.size());
     std::vector<unsigned char> stream(size);
     ASSERT_EQ(compress2(stream.data(), &size, bytes.data(), bytes.size(), 9), Z_OK);
     const hsize_t origin[2] = {0, 0};
     check_h5(H5Dwrite_chunk(dataset.get(), H5P_DEFAULT, 0, origin, size, stream.data()), "H5Dwrite_chunk", "test");
   });
-  expect_restore_and_verify_refuse(dir, file,
-                                   "file '" + file + "', dataset '/" + w1 +
-                                       "': chunk at (0, 0) inflates past 512 bytes, the most a chunk of this dataset "
-                                       "holds (the file is corrupt)");
+}
+
+// A deflated chunk whose stream inflates far past the chunk (16 MiB of zeros in 16 KiB of zlib
+// data, for a chunk of 512 bytes): refused before HDF5 inflates it (io/inflate_check.h), where a
+// 2.3 MB file of such chunks took 2 GB and 27 s. An integrity failure: exit code 3 in the apps.
+// The bound is the chunk's own size, not more: a stream of one byte past the chunk (513 bytes)
+// is refused as well.
+TEST(CheckpointBadFiles, DeflatedChunkThatInflatesPastItsChunk) {
+  for (const std::size_t bytes : {std::size_t{16} << 20, 8 * 16 * sizeof(float) + 1}) {
+    TempDir dir("deflate_past_" + std::to_string(bytes));
+    const std::string file = saved_with_deflated_w1(dir, std::vector<unsigned char>(bytes, bytes > 1024 ? 0 : 7));
+    expect_restore_and_verify_refuse(dir, file,
+                                     "file '" + file + "', dataset '/" + w1 +
+                                         "': chunk at (0, 0) inflates past 512 bytes, the most a chunk of this dataset "
+                                         "holds (the file is corrupt)");
+  }
 }
 
 // Deflate under another filter (shuffle after it in the pipeline): its stream could not be told

@@ -125,6 +125,9 @@ TEST(GradCheck, SumRefusesARepeatedDimension) {
   // The shape ops name a dimension out of range as it was given (transpose named -3 as -1).
   testing_support::expect_error<ShapeError>([&] { transpose(a, 0, -3); },
                                             "transpose: dimension -3 out of range for '' [2, 3] P(None, None)");
+  // One past the last dimension is out of range too (transpose swapped past the end of its perm).
+  testing_support::expect_error<ShapeError>([&] { transpose(a, 0, 2); },
+                                            "transpose: dimension 2 out of range for '' [2, 3] P(None, None)");
 }
 
 // A stacked variable's cotangent built slab by slab (take_layer's backward, GradSink::add_slab):

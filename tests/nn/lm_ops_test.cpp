@@ -380,12 +380,35 @@ TEST(LmOps, ShapeOpsBadInputNamesTheTensors) {
   } catch (const ShapeError& e) {
     EXPECT_STREQ(e.what(), "split: sizes summing to 7 do not cut dimension 1 of 'q' [4, 8] P(None, None)");
   }
+  // Only -1 is inferred: another negative extent is refused, not taken as "the rest".
+  try {
+    reshape(a, {-2, 8});
+    FAIL();
+  } catch (const ShapeError& e) {
+    EXPECT_STREQ(e.what(), "reshape: 'q' [4, 8] P(None, None) has 32 elements, not those of [-2, 8]");
+  }
   // start + length wrapped past 2^63 and the slice read outside the tensor.
   try {
     slice(a, 1, std::numeric_limits<std::int64_t>::max() - 2, 4);
     FAIL();
   } catch (const ShapeError& e) {
     EXPECT_STREQ(e.what(), "slice: 4 from 9223372036854775805 of dimension 1 is out of range for 'q' [4, 8] P(None, None)");
+  }
+  // Every dimension but the one concatenated must match, the last one too.
+  Var d(ShardedTensor::zeros(mesh, Spec(), {4, 7}, DType::f64, "v"));
+  try {
+    concat({a, d}, 0);
+    FAIL();
+  } catch (const ShapeError& e) {
+    EXPECT_STREQ(e.what(), "concat: 'v' [4, 7] P(None, None) does not fit 'q' [4, 8] P(None, None) along dimension 0");
+  }
+  // A reshard to a spec of more dimensions than the tensor is refused, though it compares equal
+  // to the tensor's spec padded with None.
+  try {
+    reshard(a, parse_spec("P(None, None, None)"));
+    FAIL();
+  } catch (const SpecError& e) {
+    EXPECT_STREQ(e.what(), "spec P(None, None, None) of 'q' has 3 dimensions but the tensor has shape [4, 8]");
   }
   // Another dtype is named as such (it was "does not fit ... along dimension 0").
   Var c(ShardedTensor::zeros(mesh, Spec(), {4, 8}, DType::f32, "r"));

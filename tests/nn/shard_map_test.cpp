@@ -398,6 +398,9 @@ TEST(ShardMapErrors, SignatureThatDoesNotParse) {
   // Found by the parse_signature fuzz target: a name that is not an identifier did not print back.
   expect_error<SpecError>([] { parse_signature("x: f32[a] -> result x: f32[a]"); },
                           "signature \"x: f32[a] -> result x: f32[a]\": argument name 'result x' is not an identifier");
+  // Two arguments of one name are refused, also when they are next to each other.
+  expect_error<SpecError>([] { parse_signature("x: f32[a], x: f32[a] -> f32[a]"); },
+                          "signature \"x: f32[a], x: f32[a] -> f32[a]\": argument name 'x' is used twice");
 }
 
 TEST(ShardMapErrors, ArgumentOfTheWrongSize) {
