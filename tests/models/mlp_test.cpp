@@ -214,7 +214,11 @@ TEST(Layers, StackedEqualsLoop) {
   }
 }
 
-TEST(Layers, MicrobatchesGiveTheSameGradients) {
+// On every 2-D mesh whose data blocks split into 4: the loss and gradients of k = 2 and 4
+// microbatches are those of the whole batch at once (`options`, one microbatch), with the loss
+// `loss_of` gives and `options`' reduction.
+template <class LossOf>
+void expect_microbatches_match_the_whole_batch(LossOf&& loss_of, const StepOptions& options) {
   const std::int64_t batch = 16, features = 16, depth = 32;
   for (const auto& shape : meshes_2d()) {
     Mesh mesh = Mesh::world(shape);
@@ -222,16 +226,22 @@ TEST(Layers, MicrobatchesGiveTheSameGradients) {
     Model m{MLP{2, depth, false, false}};
     ParamTree params = init_model(m, mesh, {batch, features});
     Batch b{input(mesh, batch, features)};
-    StepOptions sum_options;
-    sum_options.reduction = StepOptions::Reduction::sum;
-    auto one = value_and_grad(params, sum_loss_of(m), b, sum_options);
+    const LossFn loss = loss_of(m);
+    auto one = value_and_grad(params, loss, b, options);
     for (int k : {2, 4}) {
-      sum_options.microbatches = k;
-      auto split = value_and_grad(params, sum_loss_of(m), b, sum_options);
+      StepOptions split_options = options;
+      split_options.microbatches = k;
+      auto split = value_and_grad(params, loss, b, split_options);
       EXPECT_NEAR(split.loss, one.loss, 1e-5 * std::abs(one.loss)) << shape.to_string() << " k=" << k;
       expect_trees_near(split.grads, one.grads, 1e-5, shape.to_string() + " k=" + std::to_string(k));
     }
   }
+}
+
+TEST(Layers, MicrobatchesGiveTheSameGradients) {
+  StepOptions sum_options;
+  sum_options.reduction = StepOptions::Reduction::sum;
+  expect_microbatches_match_the_whole_batch(sum_loss_of, sum_options);
 }
 
 // A mean loss with the default reduction (mean): each microbatch's loss is the mean over its
@@ -239,26 +249,15 @@ TEST(Layers, MicrobatchesGiveTheSameGradients) {
 // batch at once. (The test above sums; a step that summed a mean loss's microbatches gave k times
 // the loss and gradients.)
 TEST(Layers, MicrobatchesOfAMeanLossAverageTheirLossesAndGradients) {
-  const std::int64_t batch = 16, features = 16, depth = 32;
-  for (const auto& shape : meshes_2d()) {
-    Mesh mesh = Mesh::world(shape);
-    if (batch / shape.axis_size("data") % 4 != 0) continue;
-    Model m{MLP{2, depth, false, false}};
-    ParamTree params = init_model(m, mesh, {batch, features});
-    Batch b{input(mesh, batch, features)};
-    const LossFn mean_loss = [m](const VarTree& vars, const Batch& mb) {
-      return mean(square(m.mlp.apply(ParamView(vars), ApplyContext{m.rules}, Var(mb.x))));
-    };
-    StepOptions options;
-    ASSERT_EQ(options.reduction, StepOptions::Reduction::mean);
-    auto one = value_and_grad(params, mean_loss, b, options);
-    for (int k : {2, 4}) {
-      options.microbatches = k;
-      auto split = value_and_grad(params, mean_loss, b, options);
-      EXPECT_NEAR(split.loss, one.loss, 1e-5 * std::abs(one.loss)) << shape.to_string() << " k=" << k;
-      expect_trees_near(split.grads, one.grads, 1e-5, shape.to_string() + " k=" + std::to_string(k));
-    }
-  }
+  StepOptions options;
+  ASSERT_EQ(options.reduction, StepOptions::Reduction::mean);
+  expect_microbatches_match_the_whole_batch(
+      [](const Model& m) -> LossFn {
+        return [m](const VarTree& vars, const Batch& mb) {
+          return mean(square(m.mlp.apply(ParamView(vars), ApplyContext{m.rules}, Var(mb.x))));
+        };
+      },
+      options);
 }
 
 TEST(Layers, MicrobatchesThatDoNotDivideAreAnError) {

@@ -18,6 +18,7 @@
 #include "nn/ops.h"
 #include "nn/shape_ops.h"
 #include "nn/shard_map.h"
+#include "tests/collectives/expect_error.h"
 #include "tests/nn/nn_test_util.h"
 #include "tests/nn/op_cases.h"
 #include "tests/test_meshes.h"
@@ -213,15 +214,15 @@ TEST(LmOps, LossesFollowTheirFormulas) {
   EXPECT_NEAR(scalar_value(softmax_cross_entropy(var(a), var(labels)).value()), xent, 1e-12);
 }
 
+// f32 inputs of -1000, 1000, -30 and 30 on one rank, where exp overflows past 88 unless shifted.
+Var large_f32_inputs(const Mesh& mesh) {
+  return Var(ShardedTensor::from_global(mesh, Spec(), Tensor::from_vector<float>({4}, {-1000.f, 1000.f, -30.f, 30.f})),
+             true);
+}
+
 TEST(LmOps, ActivationsAreStableAtLargeInputsInF32) {
   Mesh mesh = testing_util::self_mesh();
-  Tensor t(Shape{4}, DType::f32);
-  float* v = t.data<float>();
-  v[0] = -1000.f;
-  v[1] = 1000.f;
-  v[2] = -30.f;
-  v[3] = 30.f;
-  Var x(ShardedTensor::from_global(mesh, Spec(), t), true);
+  Var x = large_f32_inputs(mesh);
   Tensor s = silu(x).value().to_global();
   Tensor g = gelu(x).value().to_global();
   EXPECT_EQ(s.at(0), 0.0);
@@ -238,13 +239,7 @@ TEST(LmOps, ActivationsAreStableAtLargeInputsInF32) {
 // function in exact arithmetic and the same numbers at small inputs.
 TEST(LmOps, LogSoftmaxIsStableAtLargeInputsInF32) {
   Mesh mesh = testing_util::self_mesh();
-  Tensor t(Shape{4}, DType::f32);
-  float* v = t.data<float>();
-  v[0] = -1000.f;
-  v[1] = 1000.f;
-  v[2] = -30.f;
-  v[3] = 30.f;
-  Var x(ShardedTensor::from_global(mesh, Spec(), t), true);
+  Var x = large_f32_inputs(mesh);
   Var y = log_softmax(x);
   Tensor ls = y.value().to_global();
   EXPECT_EQ(ls.at(0), -2000.0);
@@ -381,12 +376,8 @@ TEST(LmOps, ShapeOpsBadInputNamesTheTensors) {
     EXPECT_STREQ(e.what(), "split: sizes summing to 7 do not cut dimension 1 of 'q' [4, 8] P(None, None)");
   }
   // Only -1 is inferred: another negative extent is refused, not taken as "the rest".
-  try {
-    reshape(a, {-2, 8});
-    FAIL();
-  } catch (const ShapeError& e) {
-    EXPECT_STREQ(e.what(), "reshape: 'q' [4, 8] P(None, None) has 32 elements, not those of [-2, 8]");
-  }
+  testing_support::expect_error<ShapeError>([&] { reshape(a, {-2, 8}); },
+                                            "reshape: 'q' [4, 8] P(None, None) has 32 elements, not those of [-2, 8]");
   // start + length wrapped past 2^63 and the slice read outside the tensor.
   try {
     slice(a, 1, std::numeric_limits<std::int64_t>::max() - 2, 4);
@@ -396,20 +387,14 @@ TEST(LmOps, ShapeOpsBadInputNamesTheTensors) {
   }
   // Every dimension but the one concatenated must match, the last one too.
   Var d(ShardedTensor::zeros(mesh, Spec(), {4, 7}, DType::f64, "v"));
-  try {
-    concat({a, d}, 0);
-    FAIL();
-  } catch (const ShapeError& e) {
-    EXPECT_STREQ(e.what(), "concat: 'v' [4, 7] P(None, None) does not fit 'q' [4, 8] P(None, None) along dimension 0");
-  }
+  testing_support::expect_error<ShapeError>(
+      [&] { concat({a, d}, 0); },
+      "concat: 'v' [4, 7] P(None, None) does not fit 'q' [4, 8] P(None, None) along dimension 0");
   // A reshard to a spec of more dimensions than the tensor is refused, though it compares equal
   // to the tensor's spec padded with None.
-  try {
-    reshard(a, parse_spec("P(None, None, None)"));
-    FAIL();
-  } catch (const SpecError& e) {
-    EXPECT_STREQ(e.what(), "spec P(None, None, None) of 'q' has 3 dimensions but the tensor has shape [4, 8]");
-  }
+  testing_support::expect_error<SpecError>(
+      [&] { reshard(a, parse_spec("P(None, None, None)")); },
+      "spec P(None, None, None) of 'q' has 3 dimensions but the tensor has shape [4, 8]");
   // Another dtype is named as such (it was "does not fit ... along dimension 0").
   Var c(ShardedTensor::zeros(mesh, Spec(), {4, 8}, DType::f32, "r"));
   try {
