@@ -48,5 +48,38 @@ TEST(Placements, AProbeNotTakenIsNoPlacement) {
   EXPECT_FALSE(seen.same(40, 0));
 }
 
+// A probe of 0 (not taken) is dropped before the gaps are looked for: kept, it sorted first and
+// its "gap" to the next probe (infinite) hid the real one.
+TEST(Placements, AProbeNotTakenHidesNoGap) {
+  const Placements seen({0, 40, 41, 100, 0});
+  EXPECT_TRUE(seen.same(40, 41));
+  EXPECT_FALSE(seen.same(41, 100));
+  EXPECT_FALSE(seen.same(40, 100));
+}
+
+// The widest gap wins wherever it lies: here the first (3 from 40 to 120) before a narrower one
+// (1.7 from 120 to 204), so 120 and 204 share a placement.
+TEST(Placements, TheWidestGapWinsWhenItComesFirst) {
+  const Placements seen({40, 120, 204});
+  EXPECT_FALSE(seen.same(40, 120));
+  EXPECT_TRUE(seen.same(120, 204));
+}
+
+// The probes come in the order they were taken; the gaps are those of the sorted probes (40, 70,
+// 120, 200: 1.75, 1.71 and 1.67, the widest the first), not of the order given (40 to 200 is 5).
+TEST(Placements, ProbesInAnyOrder) {
+  const Placements seen({70, 40, 200, 120});
+  EXPECT_FALSE(seen.same(40, 70));
+  EXPECT_TRUE(seen.same(70, 120));
+  EXPECT_TRUE(seen.same(70, 200));
+}
+
+// A probe at the boundary itself (sqrt(16 x 64) = 32, exact) is on the upper side.
+TEST(Placements, AProbeAtTheBoundaryIsOnTheUpperSide) {
+  const Placements seen({16, 64});
+  EXPECT_TRUE(seen.same(32, 64));
+  EXPECT_FALSE(seen.same(32, 31.9));
+}
+
 }  // namespace
 }  // namespace tessera::apps

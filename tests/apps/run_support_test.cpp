@@ -56,6 +56,26 @@ TEST(ConfigJson, ForeignEscapesReadAsTheCharacter) {
   EXPECT_EQ(config_value("{\"k\":\"ab", "k"), std::nullopt);
 }
 
+// Every printable character stays as it is, the ones at the edges of the escaped range too: the
+// space (0x20, the first after the control characters), '!' and '#' around '"', '[' and ']'
+// around '\\', '~'; and so do bytes from 0x80 (UTF-8's, a char below 0 where char is signed).
+TEST(ConfigJson, PrintableCharactersStayAsTheyAre) {
+  std::string printable;
+  for (int c = 0x20; c < 0x7f; ++c) {
+    if (c != '"' && c != '\\') printable += static_cast<char>(c);
+  }
+  EXPECT_EQ(json_string(printable), "\"" + printable + "\"");
+  EXPECT_EQ(json_string(" !#[]~"), "\" !#[]~\"");
+  EXPECT_EQ(json_string("\x80\xc3\xa9\xff"), "\"\x80\xc3\xa9\xff\"");
+  for (const std::string& text : {printable, std::string("caf\xc3\xa9 \x80\xff")}) {
+    EXPECT_EQ(config_value("{\"k\":" + json_string(text) + "}", "k"), text);
+  }
+  // A foreign \u0080 is no escape of json_string's (those are of control characters): it reads as
+  // the characters after the backslash.
+  EXPECT_EQ(config_value("{\"k\":\"\\u0080\"}", "k"), "u0080");
+  EXPECT_EQ(config_value("{\"k\":\"\\u007f\"}", "k"), "\x7f");
+}
+
 // A training or held-out loss that is not finite stops the run, an infinity as a nan does (the
 // divergence the catalogue shows is a nan; an overflowing loss is an infinity first); a large
 // finite loss does not.
@@ -79,6 +99,30 @@ TEST(FiniteChecks, ALossOfInfinityStopsTheRunAsANanDoes) {
     } catch (const UsageError& e) {
       EXPECT_EQ(std::string(e.what()), "the held-out loss is " + word +
                                            " after step 3: training diverged (a smaller --lr may help); stopped");
+    }
+  }
+}
+
+// The smallest learning rate taken is the smallest normal float (the optimizer's constants are
+// f32 and subnormals flush to zero); the double just below it is refused, naming it.
+TEST(FiniteChecks, TheSmallestNormalFloatIsTheSmallestRate) {
+  const double smallest = std::numeric_limits<float>::min();
+  EXPECT_NO_THROW(check_learning_rate(smallest));
+  EXPECT_NO_THROW(check_learning_rate(1e300));
+  const double below = std::nextafter(smallest, 0.0);
+  try {
+    check_learning_rate(below);
+    ADD_FAILURE() << "a rate below the smallest normal float was taken";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()), "--lr must be at least 1.17549e-38, the smallest normal float, got 1.17549e-38");
+  }
+  for (const auto& [lr, text] : std::vector<std::pair<double, std::string>>{
+           {0.0, "0"}, {-0.0, "-0"}, {-1e-3, "-0.001"}, {std::numeric_limits<double>::infinity(), "inf"}}) {
+    try {
+      check_learning_rate(lr);
+      ADD_FAILURE() << "a rate of " << text << " was taken";
+    } catch (const UsageError& e) {
+      EXPECT_EQ(std::string(e.what()), "--lr must be a finite number > 0, got " + text);
     }
   }
 }

@@ -533,6 +533,32 @@ TEST(Collectives, CountsBeyondIntAreAClearError) {
   EXPECT_THROW(detail::contiguous_message((std::int64_t(INT_MAX) + 1) << 20, "x"), MpiError);
 }
 
+// The count refusals name the collective and the count on both sides of MPI's int range: a
+// negative count (a wrapped product) as well as one past 2^31 - 1. A strided block type of more
+// than 2^31 - 1 runs is refused by name before MPI is handed a wrapped (negative) count; only
+// the datatype is built, no buffer. A message of exactly 2^31 - 1 bytes still fits one count of
+// MPI_BYTE (mesh/mpi_check.h), not units of 1 MiB.
+TEST(Collectives, CountRefusalsNameTheCollectiveAndTheCount) {
+  const std::string limit = " exceeds MPI's int limit (2^31 - 1); split the tensor or use smaller blocks";
+  expect_error<MpiError>([] { detail::checked_count(-1, "all_to_all"); }, "all_to_all: a count of -1" + limit);
+  expect_error<MpiError>([] { detail::checked_count(std::int64_t(1) << 31, "all_gather"); },
+                         "all_gather: a count of 2147483648" + limit);
+  EXPECT_EQ(detail::checked_count(0, "x"), 0);
+  detail::BlockLayout layout;
+  layout.n = 2;
+  layout.run = 4;
+  layout.outer = std::int64_t(1) << 31;
+  expect_error<MpiError>([&] { detail::strided_block_type(layout, "all_gather"); },
+                         "all_gather: a count of 2147483648" + limit);
+  layout.outer = 3;
+  MPI_Count size = 0;
+  ASSERT_EQ(MPI_Type_size_x(detail::strided_block_type(layout, "all_gather").get(), &size), MPI_SUCCESS);
+  EXPECT_EQ(size, 12);
+  const detail::Message m = detail::contiguous_message(INT_MAX, "all_gather");
+  EXPECT_EQ(m.count, INT_MAX);
+  EXPECT_EQ(m.type.get(), MPI_BYTE);
+}
+
 TEST(CommScope, CountsOnlyItsLifetimeAndSurvivesAReset) {
   for (const auto& shape : meshes_of_size(world_size())) {
     Mesh mesh = Mesh::world(shape);

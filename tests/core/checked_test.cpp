@@ -70,5 +70,19 @@ TEST(Checked, MeshSizeRefusesToWrap) {
   EXPECT_EQ(mesh.axes_size({"a", "b", "c"}), 2000000000);
 }
 
+// The bound of a mesh's size is INT_MAX itself (a communicator's size is an int): a mesh of
+// exactly 2^31 - 1 ranks (a prime, so one axis) is made, twice as many are refused.
+TEST(Checked, MeshSizeUpToIntMaxIsTaken) {
+  const MeshShape mesh({"a"}, {std::numeric_limits<int>::max()});
+  EXPECT_EQ(mesh.size(), std::numeric_limits<int>::max());
+  EXPECT_EQ(mesh.axes_size({"a"}), std::numeric_limits<int>::max());
+  try {
+    (void)MeshShape({"a", "b"}, {std::numeric_limits<int>::max(), 2});
+    ADD_FAILURE() << "no error";
+  } catch (const MeshError& e) {
+    EXPECT_STREQ(e.what(), "mesh: the axis sizes multiply to more than 2147483647 ranks");
+  }
+}
+
 }  // namespace
 }  // namespace tessera

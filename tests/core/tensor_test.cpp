@@ -139,6 +139,25 @@ TEST(Tensor, ReshapeAndAstype) {
   EXPECT_EQ(d.at(5), 5.0);
 }
 
+// Extents are >= 0: an empty dimension makes an empty tensor (no bytes), a negative one is
+// refused before any size is computed, also where the negatives' product is positive ([-1, -1]
+// would otherwise be a tensor of one element).
+TEST(Tensor, NegativeExtentsAreRefusedAndZeroIsEmpty) {
+  for (const Shape& shape : {Shape{-1, -1}, Shape{2, -3}, Shape{-1}}) {
+    try {
+      (void)Tensor(shape, DType::f32);
+      ADD_FAILURE() << "a tensor of shape " << shape_to_string(shape) << " was made";
+    } catch (const ShapeError& e) {
+      EXPECT_EQ(std::string(e.what()), "Tensor: negative extent in shape " + shape_to_string(shape));
+    }
+  }
+  EXPECT_THROW(Tensor::empty(Shape{-1, -1}, DType::f64), ShapeError);
+  const Tensor empty(Shape{0, 3}, DType::f32);
+  EXPECT_EQ(empty.numel(), 0);
+  EXPECT_EQ(empty.nbytes(), 0u);
+  EXPECT_EQ(Tensor::empty(Shape{4, 0}, DType::f64).nbytes(), 0u);
+}
+
 TEST(Tensor, AstypeToIntegerSaturates) {
   // A floating value beyond i32's range was cast as it was, which is undefined behaviour in C++
   // (x86 gave INT32_MIN for 3e9 and for NaN alike).

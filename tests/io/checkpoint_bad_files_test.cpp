@@ -372,6 +372,27 @@ TEST(CheckpointBadFiles, NegativeOptimizerCount) {
             "train state checkpoint: dataset '/opt_state/count' holds -5; an optimizer step count is >= 0");
 }
 
+// The bound itself: a count of -1 is refused as -5 is; a count of 0 (a state saved before its
+// first step) is restored.
+TEST(CheckpointBadFiles, OptimizerCountOfZeroIsTakenAndMinusOneRefused) {
+  for (const std::int32_t value : {-1, 0}) {
+    CheckpointState restored;
+    Tensor count(Shape{}, DType::i32);
+    count.data<std::int32_t>()[0] = value;
+    restored.arrays.push_back(
+        {"opt_state/count", ShardedTensor(line_mesh(), Spec(), Shape{}, std::move(count), "opt_state/count"), {}});
+    std::int32_t taken = -2;
+    const std::string error =
+        io_testing::io_error_of([&] { taken = from_checkpoint_state(restored, nn::TrainState{}).opt_state.count; });
+    if (value < 0) {
+      EXPECT_EQ(error, "train state checkpoint: dataset '/opt_state/count' holds -1; an optimizer step count is >= 0");
+    } else {
+      EXPECT_EQ(error, "");
+      EXPECT_EQ(taken, 0);
+    }
+  }
+}
+
 TEST(CheckpointBadFiles, FlippedByteInTheLastRanksChunkFailsItsChecksumOnEveryRank) {
   TempDir dir("flipped");
   const hsize_t last_column = 16 - 16 / world_size();

@@ -224,6 +224,31 @@ TEST(Optim, MomentsInAnotherSpecOrShapeAreAnError) {
   EXPECT_THROW(opt.update(params, grads, state), ShapeError);
 }
 
+// A moment of another global shape or dtype than its parameter's would be indexed with the
+// parameter's element count and element size: refused, naming both (another shape was checked
+// for the type of its error only).
+TEST(Optim, MomentOfAnotherShapeOrDtypeIsNamed) {
+  const int n = testing_support::world_size();
+  Mesh mesh = Mesh::world(MeshShape({"data"}, {n}));
+  ParamTree params;
+  params.emplace("w", ShardedTensor::zeros(mesh, parse_spec("P()"), {8 * n}, DType::f32, "w"));
+  const ParamTree grads = params;
+  const Optimizer opt = adam(0.1);
+  for (const auto& [shape, dtype] : {std::pair<Shape, DType>{{4 * n}, DType::f32}, {{8 * n}, DType::f64}}) {
+    OptState state = opt.init(params);
+    const Spec spec = state.mu.at("w").spec();
+    state.mu.at("w") = ShardedTensor::zeros(mesh, spec, shape, dtype, "w");
+    try {
+      opt.update(params, grads, state);
+      ADD_FAILURE() << "no error";
+    } catch (const ShapeError& e) {
+      EXPECT_EQ(std::string(e.what()), "optimizer: a moment of 'w' is " + state.mu.at("w").describe() +
+                                           ", parameter is " + params.at("w").describe() + " with its state in " +
+                                           spec.to_string());
+    }
+  }
+}
+
 TEST(InferStep, ForwardWithoutTapeLeavesParametersUnchanged) {
   Mesh mesh = Mesh::world(MeshShape({"data", "model"}, {1, testing_support::world_size()}));
   MLP mlp{2, 16, false, false};

@@ -426,6 +426,18 @@ TEST(ShardMapErrors, UnevenArgumentIsRefused) {
                               "; shard_map's blocks must all have one shape");
 }
 
+// TESSERA_SHARD_MAP_CHECK is read again at each shard_map: a value outside its list set after
+// the mesh was made (Mesh::create agreed on the environment before) is refused, not taken as 0.
+TEST(ShardMapErrors, ReplicationCheckSettingOutsideItsList) {
+  BadInput s;
+  auto body = [](const std::vector<Var>& a) { return std::vector<Var>{a[0]}; };
+  setenv("TESSERA_SHARD_MAP_CHECK", "yes", 1);
+  expect_error<UsageError>(
+      [&] { shard_map(s.mesh, body, {parse_spec("P(data, None)")}, {parse_spec("P(data, None)")}, {s.x}); },
+      "TESSERA_SHARD_MAP_CHECK must be unset, 0 or 1, got 'yes'");
+  unsetenv("TESSERA_SHARD_MAP_CHECK");
+}
+
 TEST(ShardMapErrors, DtypeMismatch) {
   BadInput s;
   Var w2_f64(ShardedTensor::zeros(s.mesh, parse_spec("P(model, None)"), {s.hidden, 16}, DType::f64, "w2"));
