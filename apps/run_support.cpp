@@ -394,8 +394,16 @@ void check_learning_rate(double lr) {
   // The optimizer's constants are f32 and the process flushes subnormals to zero (core/denormals.h):
   // a smaller rate would train at a rate of 0. Until the forty-fifth session a double subnormal
   // was refused as "must be a finite number > 0, got 9.99989e-321", and a float subnormal ran.
-  if (lr < static_cast<double>(std::numeric_limits<float>::min())) {
-    throw UsageError("--lr must be at least 1.17549e-38, the smallest normal float, got " + text);
+  const double smallest = std::numeric_limits<float>::min();
+  if (lr < smallest) {
+    // %g's six digits print a rate just below the bound as the bound itself ("at least
+    // 1.17549e-38, got 1.17549e-38"): such a rate is printed with the digits that tell it apart.
+    std::string got = text;
+    if (got == number_text(smallest)) {
+      char digits[32];
+      got.assign(digits, std::to_chars(digits, digits + sizeof digits, lr).ptr);
+    }
+    throw UsageError("--lr must be at least 1.17549e-38, the smallest normal float, got " + got);
   }
 }
 

@@ -114,7 +114,10 @@ TEST(FiniteChecks, TheSmallestNormalFloatIsTheSmallestRate) {
     check_learning_rate(below);
     ADD_FAILURE() << "a rate below the smallest normal float was taken";
   } catch (const UsageError& e) {
-    EXPECT_EQ(std::string(e.what()), "--lr must be at least 1.17549e-38, the smallest normal float, got 1.17549e-38");
+    // The bound's six digits are the refused rate's too: it is printed with the digits that tell
+    // it apart (the shortest that read back as the same double).
+    EXPECT_EQ(std::string(e.what()),
+              "--lr must be at least 1.17549e-38, the smallest normal float, got 1.1754943508222874e-38");
   }
   for (const auto& [lr, text] : std::vector<std::pair<double, std::string>>{
            {0.0, "0"}, {-0.0, "-0"}, {-1e-3, "-0.001"}, {std::numeric_limits<double>::infinity(), "inf"}}) {
