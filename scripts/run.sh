@@ -30,7 +30,11 @@ for ((i = 1; i <= $#; i++)); do
   arg=${!i}
   case $arg in
     # train_mlp prints and trains nothing: no run, no plots (an earlier run's would pass for this one's).
-    -h | --help | --version) exec bash "$root/scripts/mpirun/local.sh" 1 "$root/build/apps/train_mlp" "$@" ;;
+    # The exec leaves no shell for the EXIT trap: the build log goes first.
+    -h | --help | --version)
+      rm -f "$build_log"
+      exec bash "$root/scripts/mpirun/local.sh" 1 "$root/build/apps/train_mlp" "$@"
+      ;;
     --ckpt-dir | --ckpt-dir=*) own_ckpt_dir=1 ;;
     --resume) resume=1 ;;
     --metrics) j=$((i + 1)); metrics=${!j:-$metrics} ;;
