@@ -398,12 +398,13 @@ void check_learning_rate(double lr) {
   if (lr < smallest) {
     // %g's six digits print a rate just below the bound as the bound itself ("at least
     // 1.17549e-38, got 1.17549e-38"): such a rate is printed with the digits that tell it apart.
+    const std::string bound = number_text(smallest);
     std::string got = text;
-    if (got == number_text(smallest)) {
+    if (got == bound) {
       char digits[32];
       got.assign(digits, std::to_chars(digits, digits + sizeof digits, lr).ptr);
     }
-    throw UsageError("--lr must be at least 1.17549e-38, the smallest normal float, got " + got);
+    throw UsageError("--lr must be at least " + bound + ", the smallest normal float, got " + got);
   }
 }
 

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <iostream>
 #include <optional>
 
@@ -431,11 +432,18 @@ TEST(ShardMapErrors, UnevenArgumentIsRefused) {
 TEST(ShardMapErrors, ReplicationCheckSettingOutsideItsList) {
   BadInput s;
   auto body = [](const std::vector<Var>& a) { return std::vector<Var>{a[0]}; };
+  // The caller's setting, if any, is given back after.
+  const char* caller = std::getenv("TESSERA_SHARD_MAP_CHECK");
+  const std::optional<std::string> before = caller ? std::optional<std::string>(caller) : std::nullopt;
   setenv("TESSERA_SHARD_MAP_CHECK", "yes", 1);
   expect_error<UsageError>(
       [&] { shard_map(s.mesh, body, {parse_spec("P(data, None)")}, {parse_spec("P(data, None)")}, {s.x}); },
       "TESSERA_SHARD_MAP_CHECK must be unset, 0 or 1, got 'yes'");
-  unsetenv("TESSERA_SHARD_MAP_CHECK");
+  if (before) {
+    setenv("TESSERA_SHARD_MAP_CHECK", before->c_str(), 1);
+  } else {
+    unsetenv("TESSERA_SHARD_MAP_CHECK");
+  }
 }
 
 TEST(ShardMapErrors, DtypeMismatch) {
