@@ -34,7 +34,11 @@
 // rank computing alone (each pass the longer of its products and its streams; compute_floor_ms
 // holds it times ranks_per_core) and update_ratio the one over the other; null otherwise. On ranks
 // that share a core a rank's time inside its update also counts any turns the others take on the
-// core meanwhile, so there the ratio is an upper estimate.
+// core meanwhile, so there the ratio is an upper estimate. work_ms_max_median and
+// work_ms_min_median are the medians over the timed steps of the most and the least time a rank
+// spent outside collectives (its step less its time inside them): equal on one rank; where every
+// rank has the same share of the work, their difference is what the fastest rank waited for the
+// slowest, as when one core runs slower than the other.
 // One JSON object per line on stdout (rank 0).
 //   scripts/mpirun/local.sh 8 build/apps/bench_train --layers 8 --depth 4096
 #include <mpi.h>
@@ -650,6 +654,11 @@ struct Measured {
   // Per timed step, the most time a rank spent inside the optimizer's update outside collectives
   // (StepTimes): with weights updated in one pass, their backward products as well.
   std::vector<double> update_ms;
+  // Per timed step, the most and the least time a rank spent outside collectives (its step's time
+  // less its comm_ms): where the ranks' shares are alike, their spread is the time the fastest
+  // rank waited for the slowest in collectives, a core slower than another (docs/design.md,
+  // "Two CPUs of unequal speed") or a rank with more work.
+  std::vector<double> work_max_ms, work_min_ms;
   std::vector<nn::RowUpdate> row_updates;  // parameters a step updates in rows, inside their layer's backward
   double flops_per_rank = 0;   // matrix FLOPs of one step on one rank
   // Of them, the forward products' that read a weight (the MLP; 0 for the transformer): each
@@ -687,6 +696,8 @@ void time_steps(const Options& o, nn::TrainState& state, const nn::Optimizer& op
   w.ms.clear();
   w.comm_ms.clear();
   w.update_ms.clear();
+  w.work_max_ms.clear();
+  w.work_min_ms.clear();
   w.step_ns.clear();
   const std::int64_t first_step = state.step;
   for (int i = 0; i < o.warmup + o.steps; ++i) {
@@ -701,13 +712,19 @@ void time_steps(const Options& o, nn::TrainState& state, const nn::Optimizer& op
     const auto start = clock_type::now();
     nn::train_step(state, optimizer, loss_fn, batch, options);
     // A step ends when its slowest rank ends; its time in collectives is the most any rank spent.
-    double ms[3] = {seconds_since(start) * 1e3, (CommStats::global().seconds() - comm_before) * 1e3,
-                    std::max(0.0, times.optimizer_seconds - times.optimizer_comm_seconds) * 1e3};
-    MPI_Allreduce(MPI_IN_PLACE, ms, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    // The least time a rank worked outside collectives is the most of its negation.
+    const double step_ms = seconds_since(start) * 1e3;
+    const double comm_ms = (CommStats::global().seconds() - comm_before) * 1e3;
+    const double work_ms = std::max(0.0, step_ms - comm_ms);
+    double ms[5] = {step_ms, comm_ms, std::max(0.0, times.optimizer_seconds - times.optimizer_comm_seconds) * 1e3,
+                    work_ms, -work_ms};
+    MPI_Allreduce(MPI_IN_PLACE, ms, 5, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (timed) {
       w.ms.push_back(ms[0]);
       w.comm_ms.push_back(ms[1]);
       w.update_ms.push_back(ms[2]);
+      w.work_max_ms.push_back(ms[3]);
+      w.work_min_ms.push_back(-ms[4]);
     }
     if (i == o.warmup + o.steps - 1) w.comm_bytes = allreduce(static_cast<double>(scope.total_bytes()), MPI_MAX);
   }
@@ -1263,7 +1280,7 @@ int run(const Options& o, int world_rank, int world_size) {
         "\"row_overlap_ms\":%.3f,\"forward_overlap_ms\":%.3f,\"row_params_per_rank\":%.0f,\"peak_rss_mb\":%.1f,"
         "\"floor_ms_slower_rates\":%.3f,\"cpu_pair_ns\":%.1f,\"rate_sets\":%zu,\"steps_same_placement\":%zu,"
         "\"floor_ms_same_placement\":%s,\"ratio_same_placement\":%s,\"update_ms_median\":%.3f,"
-        "\"update_floor_ms\":%s,\"update_ratio\":%s}\n",
+        "\"update_floor_ms\":%s,\"update_ratio\":%s,\"work_ms_max_median\":%.3f,\"work_ms_min_median\":%.3f}\n",
         o.model.c_str(), mesh_shape.to_string().c_str(), world_size, static_cast<long long>(o.batch), o.layers,
         sizes, o.scan ? "true" : "false", o.steps, w.untimed_steps, med,
         *std::min_element(ms.begin(), ms.end()), *std::max_element(ms.begin(), ms.end()), floor_ms, med / floor_ms,
@@ -1274,7 +1291,8 @@ int run(const Options& o, int world_rank, int world_size) {
                                                [](const nn::RowUpdate& u) { return u.one_pass; })),
         floor.row_overlap_ms, floor.forward_overlap_ms, floor.row_params, peak_rss / 1e6, slower_floor_ms, step_ns,
         sets.size(), placed_ms.size(), json(placed_floor_ms).c_str(), json(placed_ratio).c_str(), median(w.update_ms),
-        json(floor.update_ms).c_str(), json(median(w.update_ms) / floor.update_ms).c_str());
+        json(floor.update_ms).c_str(), json(median(w.update_ms) / floor.update_ms).c_str(), median(w.work_max_ms),
+        median(w.work_min_ms));
     std::fflush(stdout);
   }
   return 0;
