@@ -294,15 +294,63 @@ double concurrent_rate(Work&& work, double seconds) {
   return rate * allreduce(static_cast<double>(node.running()) / node.ranks, MPI_MIN);
 }
 
+// The CPUs rank 0 measures a rate alone on, one after the other: every CPU its node's ranks may
+// run on, where they are at least as many as those CPUs and the CPUs at most kAloneCpus; none
+// otherwise (rank 0 measures where it runs). A core can be slower than its neighbour: on this
+// project's 2-CPU virtual machine one CPU ran AVX-512 multiply-adds 15-25% slower than the other
+// for minutes at a time, and a 2-rank step then waited for the rank on it (docs/design.md, "Two
+// CPUs of unequal speed").
+constexpr int kAloneCpus = 8;
+std::vector<int> alone_cpus() {
+  const NodeShape& node = node_shape();
+  std::vector<int> cpus;
+  if (node.ranks < node.cpus() || node.cpus() < 2 || node.cpus() > kAloneCpus) return cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &node.cpu_set)) cpus.push_back(c);
+  }
+  return cpus;
+}
+
+// best_rate of `work` on this thread pinned to each CPU of `cpus` in turn, its affinity restored
+// after: their mean. The busiest core's bound charges a node's ranks' work at that rate, as if
+// spread evenly over its CPUs: n ranks' work W on CPUs whose rates alone are r_c takes at least
+// n W / sum(r_c) however the ranks are placed or moved, and that is n / cpus x W / mean(r_c), the
+// bound's ranks_per_core x W / rate. With CPUs alike it is the rate of any one. Empty `cpus`, or a
+// pinning that fails: best_rate where the thread runs.
+template <class Work>
+double rate_over_cpus(Work&& work, double seconds, const std::vector<int>& cpus) {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (cpus.empty() || pthread_getaffinity_np(pthread_self(), sizeof mask, &mask) != 0) {
+    return best_rate(work, seconds, false);
+  }
+  double sum = 0;
+  bool pinned = true;
+  for (int cpu : cpus) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    if (pthread_setaffinity_np(pthread_self(), sizeof one, &one) != 0) {
+      pinned = false;
+      break;
+    }
+    sum += best_rate(work, seconds, false);
+  }
+  pthread_setaffinity_np(pthread_self(), sizeof mask, &mask);
+  return pinned ? sum / static_cast<double>(cpus.size()) : best_rate(work, seconds, false);
+}
+
 // The repetitions per second of `work` on rank 0 alone while every other rank sleeps (in a
 // nanosleep loop around MPI_Test, not in MPI's yielding progress loop, so that it takes no time
 // from rank 0's core); broadcast to every rank. The most one core gives one rank: the rate of a
-// rank whose neighbours are all waiting.
+// rank whose neighbours are all waiting, on each of the node's CPUs in turn where every CPU holds
+// a rank (alone_cpus, rate_over_cpus).
 template <class Work>
 double alone_rate(Work&& work, double seconds) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  double best = rank == 0 ? best_rate(work, seconds, false) : 0;
+  const std::vector<int> cpus = alone_cpus();  // every rank: node_shape is collective on its first call
+  double best = rank == 0 ? rate_over_cpus(work, seconds, cpus) : 0;
   Communicator::world().barrier_sleeping(1000);  // across nodes, 1 ms naps
   MPI_Bcast(&best, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   return best;
