@@ -17,7 +17,8 @@
 // write p, m, v) over this rank's parameter blocks (copied until the measuring ranks stream the
 // node's state: footprint_copies), and the rows bandwidth the largest of those
 // and a pass with a weight in rows' streams (read and write p, m, v); "alone" is rank 0 with
-// every other rank asleep.
+// every other rank asleep, pinned to each of its node's CPUs in turn (their mean counts) where
+// every CPU holds a rank and they are at most 8 (alone_cpus), else where it runs.
 // The transformer's matrix FLOPs per step are 3x its forward's (each matmul has a weight and an
 // input gradient): per token and layer 2*d*3d (q, k, v) + 2*d*d (o) + 2*2*d*d_ff (MLP), per
 // token 2*d*vocab (unembedding), and per sequence, layer and head 2*2*d_head*s(s+1)/2 for the
