@@ -17,7 +17,8 @@
 // write p, m, v) over this rank's parameter blocks (copied until the measuring ranks stream the
 // node's state: footprint_copies), and the rows bandwidth the largest of those
 // and a pass with a weight in rows' streams (read and write p, m, v); "alone" is rank 0 with
-// every other rank asleep.
+// every other rank asleep, pinned to each of its node's CPUs in turn (their mean counts) where
+// every CPU holds a rank and they are at most 8 (alone_cpus), else where it runs.
 // The transformer's matrix FLOPs per step are 3x its forward's (each matmul has a weight and an
 // input gradient): per token and layer 2*d*3d (q, k, v) + 2*d*d (o) + 2*2*d*d_ff (MLP), per
 // token 2*d*vocab (unembedding), and per sequence, layer and head 2*2*d_head*s(s+1)/2 for the
@@ -34,7 +35,11 @@
 // rank computing alone (each pass the longer of its products and its streams; compute_floor_ms
 // holds it times ranks_per_core) and update_ratio the one over the other; null otherwise. On ranks
 // that share a core a rank's time inside its update also counts any turns the others take on the
-// core meanwhile, so there the ratio is an upper estimate.
+// core meanwhile, so there the ratio is an upper estimate. work_ms_max_median and
+// work_ms_min_median are the medians over the timed steps of the most and the least time a rank
+// spent outside collectives (its step less its time inside them): equal on one rank; where every
+// rank has the same share of the work, their difference is what the fastest rank waited for the
+// slowest, as when one core runs slower than the other.
 // One JSON object per line on stdout (rank 0).
 //   scripts/mpirun/local.sh 8 build/apps/bench_train --layers 8 --depth 4096
 #include <mpi.h>
@@ -290,15 +295,63 @@ double concurrent_rate(Work&& work, double seconds) {
   return rate * allreduce(static_cast<double>(node.running()) / node.ranks, MPI_MIN);
 }
 
+// The CPUs rank 0 measures a rate alone on, one after the other: every CPU its node's ranks may
+// run on, where they are at least as many as those CPUs and the CPUs at most kAloneCpus; none
+// otherwise (rank 0 measures where it runs). A core can be slower than its neighbour: on this
+// project's 2-CPU virtual machine one CPU ran AVX-512 multiply-adds 15-25% slower than the other
+// for minutes at a time, and a 2-rank step then waited for the rank on it (docs/design.md, "Two
+// CPUs of unequal speed").
+constexpr int kAloneCpus = 8;
+std::vector<int> alone_cpus() {
+  const NodeShape& node = node_shape();
+  std::vector<int> cpus;
+  if (node.ranks < node.cpus() || node.cpus() < 2 || node.cpus() > kAloneCpus) return cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &node.cpu_set)) cpus.push_back(c);
+  }
+  return cpus;
+}
+
+// best_rate of `work` on this thread pinned to each CPU of `cpus` in turn, its affinity restored
+// after: their mean. The busiest core's bound charges a node's ranks' work at that rate, as if
+// spread evenly over its CPUs: n ranks' work W on CPUs whose rates alone are r_c takes at least
+// n W / sum(r_c) however the ranks are placed or moved, and that is n / cpus x W / mean(r_c), the
+// bound's ranks_per_core x W / rate. With CPUs alike it is the rate of any one. Empty `cpus`, or a
+// pinning that fails: best_rate where the thread runs.
+template <class Work>
+double rate_over_cpus(Work&& work, double seconds, const std::vector<int>& cpus) {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (cpus.empty() || pthread_getaffinity_np(pthread_self(), sizeof mask, &mask) != 0) {
+    return best_rate(work, seconds, false);
+  }
+  double sum = 0;
+  bool pinned = true;
+  for (int cpu : cpus) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    if (pthread_setaffinity_np(pthread_self(), sizeof one, &one) != 0) {
+      pinned = false;
+      break;
+    }
+    sum += best_rate(work, seconds, false);
+  }
+  pthread_setaffinity_np(pthread_self(), sizeof mask, &mask);
+  return pinned ? sum / static_cast<double>(cpus.size()) : best_rate(work, seconds, false);
+}
+
 // The repetitions per second of `work` on rank 0 alone while every other rank sleeps (in a
 // nanosleep loop around MPI_Test, not in MPI's yielding progress loop, so that it takes no time
 // from rank 0's core); broadcast to every rank. The most one core gives one rank: the rate of a
-// rank whose neighbours are all waiting.
+// rank whose neighbours are all waiting, on each of the node's CPUs in turn where every CPU holds
+// a rank (alone_cpus, rate_over_cpus).
 template <class Work>
 double alone_rate(Work&& work, double seconds) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  double best = rank == 0 ? best_rate(work, seconds, false) : 0;
+  const std::vector<int> cpus = alone_cpus();  // every rank: node_shape is collective on its first call
+  double best = rank == 0 ? rate_over_cpus(work, seconds, cpus) : 0;
   Communicator::world().barrier_sleeping(1000);  // across nodes, 1 ms naps
   MPI_Bcast(&best, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   return best;
@@ -650,6 +703,11 @@ struct Measured {
   // Per timed step, the most time a rank spent inside the optimizer's update outside collectives
   // (StepTimes): with weights updated in one pass, their backward products as well.
   std::vector<double> update_ms;
+  // Per timed step, the most and the least time a rank spent outside collectives (its step's time
+  // less its comm_ms): where the ranks' shares are alike, their spread is the time the fastest
+  // rank waited for the slowest in collectives, a core slower than another (docs/design.md,
+  // "Two CPUs of unequal speed") or a rank with more work.
+  std::vector<double> work_max_ms, work_min_ms;
   std::vector<nn::RowUpdate> row_updates;  // parameters a step updates in rows, inside their layer's backward
   double flops_per_rank = 0;   // matrix FLOPs of one step on one rank
   // Of them, the forward products' that read a weight (the MLP; 0 for the transformer): each
@@ -687,6 +745,8 @@ void time_steps(const Options& o, nn::TrainState& state, const nn::Optimizer& op
   w.ms.clear();
   w.comm_ms.clear();
   w.update_ms.clear();
+  w.work_max_ms.clear();
+  w.work_min_ms.clear();
   w.step_ns.clear();
   const std::int64_t first_step = state.step;
   for (int i = 0; i < o.warmup + o.steps; ++i) {
@@ -701,13 +761,19 @@ void time_steps(const Options& o, nn::TrainState& state, const nn::Optimizer& op
     const auto start = clock_type::now();
     nn::train_step(state, optimizer, loss_fn, batch, options);
     // A step ends when its slowest rank ends; its time in collectives is the most any rank spent.
-    double ms[3] = {seconds_since(start) * 1e3, (CommStats::global().seconds() - comm_before) * 1e3,
-                    std::max(0.0, times.optimizer_seconds - times.optimizer_comm_seconds) * 1e3};
-    MPI_Allreduce(MPI_IN_PLACE, ms, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    // The least time a rank worked outside collectives is the most of its negation.
+    const double step_ms = seconds_since(start) * 1e3;
+    const double comm_ms = (CommStats::global().seconds() - comm_before) * 1e3;
+    const double work_ms = std::max(0.0, step_ms - comm_ms);
+    double ms[5] = {step_ms, comm_ms, std::max(0.0, times.optimizer_seconds - times.optimizer_comm_seconds) * 1e3,
+                    work_ms, -work_ms};
+    MPI_Allreduce(MPI_IN_PLACE, ms, 5, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (timed) {
       w.ms.push_back(ms[0]);
       w.comm_ms.push_back(ms[1]);
       w.update_ms.push_back(ms[2]);
+      w.work_max_ms.push_back(ms[3]);
+      w.work_min_ms.push_back(-ms[4]);
     }
     if (i == o.warmup + o.steps - 1) w.comm_bytes = allreduce(static_cast<double>(scope.total_bytes()), MPI_MAX);
   }
@@ -1263,7 +1329,7 @@ int run(const Options& o, int world_rank, int world_size) {
         "\"row_overlap_ms\":%.3f,\"forward_overlap_ms\":%.3f,\"row_params_per_rank\":%.0f,\"peak_rss_mb\":%.1f,"
         "\"floor_ms_slower_rates\":%.3f,\"cpu_pair_ns\":%.1f,\"rate_sets\":%zu,\"steps_same_placement\":%zu,"
         "\"floor_ms_same_placement\":%s,\"ratio_same_placement\":%s,\"update_ms_median\":%.3f,"
-        "\"update_floor_ms\":%s,\"update_ratio\":%s}\n",
+        "\"update_floor_ms\":%s,\"update_ratio\":%s,\"work_ms_max_median\":%.3f,\"work_ms_min_median\":%.3f}\n",
         o.model.c_str(), mesh_shape.to_string().c_str(), world_size, static_cast<long long>(o.batch), o.layers,
         sizes, o.scan ? "true" : "false", o.steps, w.untimed_steps, med,
         *std::min_element(ms.begin(), ms.end()), *std::max_element(ms.begin(), ms.end()), floor_ms, med / floor_ms,
@@ -1274,7 +1340,8 @@ int run(const Options& o, int world_rank, int world_size) {
                                                [](const nn::RowUpdate& u) { return u.one_pass; })),
         floor.row_overlap_ms, floor.forward_overlap_ms, floor.row_params, peak_rss / 1e6, slower_floor_ms, step_ns,
         sets.size(), placed_ms.size(), json(placed_floor_ms).c_str(), json(placed_ratio).c_str(), median(w.update_ms),
-        json(floor.update_ms).c_str(), json(median(w.update_ms) / floor.update_ms).c_str());
+        json(floor.update_ms).c_str(), json(median(w.update_ms) / floor.update_ms).c_str(), median(w.work_max_ms),
+        median(w.work_min_ms));
     std::fflush(stdout);
   }
   return 0;

@@ -14,7 +14,7 @@
 # only), read MB = 4 bytes x row_params_per_rank (the forward's read of those weights), other
 # MB = mb_per_rank - row MB - read MB, the bandwidth max(copy, adam_stream), the rows bandwidth
 # max(copy, adam_stream, rows_stream) and the read bandwidth read_stream's, each alone (rank 0 by
-# itself) or per rank (all at once; on one rank the two are one configuration, and each rate is
+# itself; where the node's ranks fill its 2-8 CPUs, the mean of its measurements on each) or per rank (all at once; on one rank the two are one configuration, and each rate is
 # printed as both at the faster of its two measurements); and floor_ms_slower_rates (the same floor at the slower of
 # each rate's two measurements) is not below floor_ms,
 # with each stream measured over its footprint (footprint_mib_alone, footprint_mib_per_rank): the
@@ -47,6 +47,8 @@
 # placement in the 2 + 4 sets of them.
 # And comm_ms_median, the time inside collectives: 0 on one rank, else above 0 and at most
 # ms_median.
+# And work_ms_max_median and work_ms_min_median, the most and the least time a rank spent outside
+# collectives: both ms_median on one rank, else above 0, min <= max <= ms_median.
 # And update_ms_median, the time inside the optimizer's update: above 0 and at most ms_median;
 # with every weight updated in one pass, update_floor_ms, its bound on a rank alone (compute_floor_ms
 # holds it max(1, ranks_per_core) times):
@@ -138,6 +140,13 @@ if step["ranks"] == 1:
     assert step["comm_ms_median"] == 0, step
 else:
     assert 0 < step["comm_ms_median"] <= step["ms_median"] + 1e-3, step
+# The time a rank worked outside collectives: on one rank its whole step (each step's the same
+# value, so the same median); on more, the least of any rank at most the most, and the most at
+# most the step's (a rank's work is part of its step, and the step the most of any rank's).
+if step["ranks"] == 1:
+    assert step["work_ms_max_median"] == step["work_ms_min_median"] == step["ms_median"], step
+else:
+    assert 0 < step["work_ms_min_median"] <= step["work_ms_max_median"] <= step["ms_median"] + 1e-3, step
 # The time inside the optimizer's update: some, and in each step at most the step's (both the
 # most of any rank), so its median at most the steps'. Where every weight is updated in one pass,
 # the update's bound on a rank alone: each pass the longer of its products and its streams.
