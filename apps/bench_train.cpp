@@ -39,7 +39,8 @@
 // work_ms_min_median are the medians over the timed steps of the most and the least time a rank
 // spent outside collectives (its step less its time inside them): equal on one rank; where every
 // rank has the same share of the work, their difference is what the fastest rank waited for the
-// slowest, as when one core runs slower than the other.
+// slowest, as when one core runs slower than the other. alone_cpus is the number of CPUs each
+// rate alone was measured on (their mean counting), 1 where rank 0 measured where it ran.
 // One JSON object per line on stdout (rank 0).
 //   scripts/mpirun/local.sh 8 build/apps/bench_train --layers 8 --depth 4096
 #include <mpi.h>
@@ -318,10 +319,14 @@ std::vector<int> alone_cpus() {
 // n W / sum(r_c) however the ranks are placed or moved, and that is n / cpus x W / mean(r_c), the
 // bound's ranks_per_core x W / rate. With CPUs alike it is the rate of any one. Empty `cpus`, or a
 // pinning that fails: best_rate where the thread runs.
+// On rank 0, the CPUs the last rate alone was measured on: cpus.size() where every pinning
+// held, else 1 (printed as alone_cpus on the train_step line).
+int measured_alone_cpus = 1;
 template <class Work>
 double rate_over_cpus(Work&& work, double seconds, const std::vector<int>& cpus) {
   cpu_set_t mask;
   CPU_ZERO(&mask);
+  measured_alone_cpus = 1;
   if (cpus.empty() || pthread_getaffinity_np(pthread_self(), sizeof mask, &mask) != 0) {
     return best_rate(work, seconds, false);
   }
@@ -338,7 +343,9 @@ double rate_over_cpus(Work&& work, double seconds, const std::vector<int>& cpus)
     sum += best_rate(work, seconds, false);
   }
   pthread_setaffinity_np(pthread_self(), sizeof mask, &mask);
-  return pinned ? sum / static_cast<double>(cpus.size()) : best_rate(work, seconds, false);
+  if (!pinned) return best_rate(work, seconds, false);
+  measured_alone_cpus = static_cast<int>(cpus.size());
+  return sum / static_cast<double>(cpus.size());
 }
 
 // The repetitions per second of `work` on rank 0 alone while every other rank sleeps (in a
@@ -1329,7 +1336,7 @@ int run(const Options& o, int world_rank, int world_size) {
         "\"row_overlap_ms\":%.3f,\"forward_overlap_ms\":%.3f,\"row_params_per_rank\":%.0f,\"peak_rss_mb\":%.1f,"
         "\"floor_ms_slower_rates\":%.3f,\"cpu_pair_ns\":%.1f,\"rate_sets\":%zu,\"steps_same_placement\":%zu,"
         "\"floor_ms_same_placement\":%s,\"ratio_same_placement\":%s,\"update_ms_median\":%.3f,"
-        "\"update_floor_ms\":%s,\"update_ratio\":%s,\"work_ms_max_median\":%.3f,\"work_ms_min_median\":%.3f}\n",
+        "\"update_floor_ms\":%s,\"update_ratio\":%s,\"work_ms_max_median\":%.3f,\"work_ms_min_median\":%.3f,\"alone_cpus\":%d}\n",
         o.model.c_str(), mesh_shape.to_string().c_str(), world_size, static_cast<long long>(o.batch), o.layers,
         sizes, o.scan ? "true" : "false", o.steps, w.untimed_steps, med,
         *std::min_element(ms.begin(), ms.end()), *std::max_element(ms.begin(), ms.end()), floor_ms, med / floor_ms,
@@ -1341,7 +1348,7 @@ int run(const Options& o, int world_rank, int world_size) {
         floor.row_overlap_ms, floor.forward_overlap_ms, floor.row_params, peak_rss / 1e6, slower_floor_ms, step_ns,
         sets.size(), placed_ms.size(), json(placed_floor_ms).c_str(), json(placed_ratio).c_str(), median(w.update_ms),
         json(floor.update_ms).c_str(), json(median(w.update_ms) / floor.update_ms).c_str(), median(w.work_max_ms),
-        median(w.work_min_ms));
+        median(w.work_min_ms), measured_alone_cpus);
     std::fflush(stdout);
   }
   return 0;

@@ -49,6 +49,8 @@
 # ms_median.
 # And work_ms_max_median and work_ms_min_median, the most and the least time a rank spent outside
 # collectives: both ms_median on one rank, else above 0, min <= max <= ms_median.
+# And alone_cpus, the CPUs each rate alone was measured on: this script's CPUs where the ranks
+# are at least as many and they are 2 to 8 (their mean is the rate printed), else 1.
 # And update_ms_median, the time inside the optimizer's update: above 0 and at most ms_median;
 # with every weight updated in one pass, update_floor_ms, its bound on a rank alone (compute_floor_ms
 # holds it max(1, ranks_per_core) times):
@@ -105,6 +107,10 @@ assert gemm["whole_batch_m"] >= gemm["m"] and gemm["whole_batch_gflops"] > 0, ge
 rates.append(gemm["whole_batch_gflops"])
 share = step["ranks"] / len(os.sched_getaffinity(0))
 assert abs(step["ranks_per_core"] - max(1.0, share)) <= 1e-3, (step["ranks_per_core"], share)
+# Rates alone were measured on each of these CPUs, rank 0 pinned to each in turn, where the ranks
+# are at least as many as the CPUs and those are 2 to 8; else where rank 0 ran (1).
+want_alone_cpus = cpus if step["ranks"] >= cpus and 2 <= cpus <= 8 else 1
+assert step["alone_cpus"] == want_alone_cpus, (step["alone_cpus"], want_alone_cpus)
 layers = step["layers"]
 assert step["row_updates"] == 2 * layers, step
 block = step["params_per_rank"] / (2 * layers)
