@@ -172,6 +172,14 @@ double ranks_per_core() {
   return allreduce(static_cast<double>(node.ranks) / node.cpus(), MPI_MAX);
 }
 
+// Pins the calling thread to `cpu` alone; false where the system refuses.
+bool pin_thread_to(int cpu) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  return pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0;
+}
+
 // Where the host runs the node's CPUs. A virtual machine's two CPUs may run on one die of the
 // host, sharing its link to memory, or on two, and the host moves them while a job runs: on this
 // project's 2-CPU machine a cache line passed between them in 40-77 ns on one die and 201-239 ns
@@ -195,25 +203,19 @@ double probe_cpu_pair(const cpu_set_t& node) {
     if (CPU_ISSET(c, &node)) cpus[found++] = c;
   }
   if (found < 2) return 0;
-  const auto pin = [](int cpu) {
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(cpu, &one);
-    return pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0;
-  };
   alignas(64) std::atomic<std::uint32_t> line{0};
   std::atomic<bool> pinned{true};
   constexpr std::uint32_t trips = kProbeBatches * kProbeTrips;
   // The partner answers every trip, pinned or not, so that both loops end.
   std::thread partner([&] {
-    if (!pin(cpus[1])) pinned = false;
+    if (!pin_thread_to(cpus[1])) pinned = false;
     for (std::uint32_t i = 0; i < trips; ++i) {
       while (line.load(std::memory_order_acquire) != 2 * i + 1) {
       }
       line.store(2 * i + 2, std::memory_order_release);
     }
   });
-  if (!pin(cpus[0])) pinned = false;
+  if (!pin_thread_to(cpus[0])) pinned = false;
   double best = 0;
   for (std::uint32_t b = 0; b < kProbeBatches; ++b) {
     const auto start = clock_type::now();
@@ -313,15 +315,16 @@ std::vector<int> alone_cpus() {
   return cpus;
 }
 
+// On rank 0, the CPUs the last rate alone was measured on: cpus.size() where every pinning
+// held, else 1 (printed as alone_cpus on the train_step line).
+int measured_alone_cpus = 1;
+
 // best_rate of `work` on this thread pinned to each CPU of `cpus` in turn, its affinity restored
 // after: their mean. The busiest core's bound charges a node's ranks' work at that rate, as if
 // spread evenly over its CPUs: n ranks' work W on CPUs whose rates alone are r_c takes at least
 // n W / sum(r_c) however the ranks are placed or moved, and that is n / cpus x W / mean(r_c), the
 // bound's ranks_per_core x W / rate. With CPUs alike it is the rate of any one. Empty `cpus`, or a
 // pinning that fails: best_rate where the thread runs.
-// On rank 0, the CPUs the last rate alone was measured on: cpus.size() where every pinning
-// held, else 1 (printed as alone_cpus on the train_step line).
-int measured_alone_cpus = 1;
 template <class Work>
 double rate_over_cpus(Work&& work, double seconds, const std::vector<int>& cpus) {
   cpu_set_t mask;
@@ -333,10 +336,7 @@ double rate_over_cpus(Work&& work, double seconds, const std::vector<int>& cpus)
   double sum = 0;
   bool pinned = true;
   for (int cpu : cpus) {
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(cpu, &one);
-    if (pthread_setaffinity_np(pthread_self(), sizeof one, &one) != 0) {
+    if (!pin_thread_to(cpu)) {
       pinned = false;
       break;
     }

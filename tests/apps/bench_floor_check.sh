@@ -14,8 +14,9 @@
 # only), read MB = 4 bytes x row_params_per_rank (the forward's read of those weights), other
 # MB = mb_per_rank - row MB - read MB, the bandwidth max(copy, adam_stream), the rows bandwidth
 # max(copy, adam_stream, rows_stream) and the read bandwidth read_stream's, each alone (rank 0 by
-# itself; where the node's ranks fill its 2-8 CPUs, the mean of its measurements on each) or per rank (all at once; on one rank the two are one configuration, and each rate is
-# printed as both at the faster of its two measurements); and floor_ms_slower_rates (the same floor at the slower of
+# itself; where the node's ranks fill its 2-8 CPUs, the mean of its measurements on each) or per
+# rank (all at once; on one rank the two are one configuration, and each rate is printed as both
+# at the faster of its two measurements); and floor_ms_slower_rates (the same floor at the slower of
 # each rate's two measurements) is not below floor_ms,
 # with each stream measured over its footprint (footprint_mib_alone, footprint_mib_per_rank): the
 # rank's blocks copied ceil(ranks / measuring ranks) times, at most 256 MiB unless one copy is more,
